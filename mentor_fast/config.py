@@ -127,9 +127,13 @@ class LossConfig:
     impl: Literal["reference", "fused"] = "reference"
     """reference: plain torch on materialised logits (the vanilla baseline); fused: the chunked
     kernels in mentor_fast.kernels that never build [N, V] logits."""
-    type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
-    """Token aggregation: dapo = token_mean over the global batch; bnpo = token_mean per
-    micro-batch; grpo = seq_mean_token_mean; dr_grpo = token sum / (B * max_new_tokens)."""
+    aggregation: Literal[
+        "token_mean", "token_mean_micro", "seq_mean_token_mean", "seq_mean_token_sum", "constant"
+    ] = "token_mean"
+    """How token losses are weighted (TRL's loss_type in brackets): token_mean over the optimizer
+    step's whole batch [dapo]; token_mean_micro per micro-batch [bnpo]; seq_mean_token_mean
+    (original GRPO) [grpo]; seq_mean_token_sum; constant = sum / (sequences * max_new_tokens)
+    [dr_grpo]. Encoded as per-token weights, so micro-batching never changes the gradient."""
     eps_low: float = 0.2
     """Lower clip: ratio >= 1 - eps_low."""
     eps_high: float = 0.28

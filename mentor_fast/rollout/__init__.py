@@ -1,0 +1,22 @@
+"""Rollout engines behind one protocol (`base.RolloutEngine`): "hf" (transformers) and "vllm"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mentor_fast.config import RolloutConfig
+from mentor_fast.rollout.base import EngineError, RolloutEngine, SamplingParams
+
+__all__ = ["EngineError", "RolloutEngine", "SamplingParams", "make_engine"]
+
+
+def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: str, seed: int) -> RolloutEngine:
+    """The HF engine shares the trainer's module in-process; vLLM loads `model_path` in its own
+    engine and receives weights after every optimizer step."""
+    if cfg.engine == "hf":
+        from mentor_fast.rollout.hf import HFEngine
+
+        return HFEngine(model, tokenizer, cfg)
+    from mentor_fast.rollout.vllm import VLLMEngine  # the only module that imports vllm
+
+    return VLLMEngine(model_path, tokenizer, cfg, dtype=dtype, seed=seed)

@@ -1,0 +1,131 @@
+"""Metric sinks: metrics.jsonl (always), TensorBoard, W&B (when installed and asked for), a rich
+progress bar, and report.png at the end of a run."""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def peak_mem_gb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**30
+    return peak_rss_gb()
+
+
+def to_scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    """Tensors are reduced once per step, here, never inside the micro-batch loop."""
+    out = {}
+    for k, v in metrics.items():
+        if isinstance(v, torch.Tensor):
+            v = v.detach().float().item()
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+        elif isinstance(v, bool):
+            out[k] = float(v)
+    return out
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: Path, tensorboard: bool, wandb: bool, config: dict, progress_total: int,
+                 progress: bool, start_step: int = 0):
+        self.path = out_dir / "metrics.jsonl"
+        self._file = self.path.open("a")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(out_dir / "tensorboard"))
+        self._wandb = None
+        if wandb:
+            try:
+                import wandb as wandb_mod
+            except ImportError as e:
+                raise ImportError("trainer.wandb=true needs the wandb package: pip install wandb") from e
+            self._wandb = wandb_mod.init(project="mentor-fast", dir=str(out_dir), config=config)
+        self._progress = None
+        if progress and sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("train", total=progress_total, completed=start_step, info="")
+
+    def log(self, step: int, row: dict[str, float]) -> None:
+        row = {"step": step, **{k: v for k, v in row.items() if not math.isnan(v)}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for k, v in row.items():
+                if k != "step":
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(row, step=step)
+        info = (f"reward {row.get('reward/mean', float('nan')):.3f}  acc {row.get('acc', float('nan')):.3f}  "
+                f"all-fail {row.get('groups/all_fail_frac', float('nan')):.2f}  "
+                f"{row.get('timing_s/step', float('nan')):.1f}s/step")
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, info=info)
+        else:
+            print(f"step {step}: {info}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def write_report(metrics_path: Path, out_png: Path, title: str = "") -> None:
+    """Reward, accuracy and the all-fail fraction against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = [
+        ("reward/mean", "reward"),
+        ("acc", "accuracy"),
+        ("groups/all_fail_frac", "all-fail group fraction"),
+    ]
+    for ax, (key, label) in zip(axes, panels):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3)
+        if key == "groups/all_fail_frac":
+            after = [(r["step"], r[k]) for r in rows for k in ["groups/all_fail_frac_after_mentor"] if k in r]
+            if after:
+                ax.plot(*zip(*after), marker="x", ms=3, label="after mentor")
+                ax.legend()
+        ax.set_xlabel("step")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)

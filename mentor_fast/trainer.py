@@ -1,0 +1,221 @@
+"""The trainer wires the stages; `step` reads like the pseudocode in research/algorithm.md 2.12:
+
+    rollout -> score -> (mentor: diagnose, instruct, guard, re-roll, assemble) -> advantages
+            -> GRPO update -> weight sync
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mentor_fast.algo.batch import build_train_batch
+from mentor_fast.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
+from mentor_fast.config import RunConfig, save_config, to_dict
+from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
+from mentor_fast.metrics import MetricsLogger, peak_mem_gb, to_scalars, write_report
+from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
+from mentor_fast.rewards import RewardScorer
+from mentor_fast.rollout import make_engine
+from mentor_fast.rollout.base import SamplingParams
+from mentor_fast.types import Group, Problem, Rollout
+from mentor_fast.update import PolicyUpdater, build_optimizer
+
+# Metrics that depend on wall-clock or machine state, not on the computation.
+TIMING_PREFIXES = ("timing_s/", "perf/", "mentor/latency_s", "mentor/overlap_frac")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def sampling_seed(run_seed: int, step: int, stream: int = 0) -> int:
+    """Sampling seeds are a pure function of (run seed, step, stream): a resumed run samples the same."""
+    return (run_seed * 1_000_003 + step * 7919 + stream * 104_729) % (2**31 - 1)
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, resume: str | Path | None = None):
+        self.cfg = cfg
+        self.out = Path(cfg.output_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.out / "config.yaml")
+        if cfg.trainer.threads > 0:
+            torch.set_num_threads(cfg.trainer.threads)
+        seed_everything(cfg.seed)
+
+        self.model_path = resolve_model_path(cfg.model.path)
+        ckpt = self._find_resume(resume)
+        weights_path = ckpt / "policy" if ckpt else self.model_path
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation)
+        if cfg.model.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.model.train()
+        self.ref_model = None
+        if cfg.model.ref_model and cfg.loss.beta > 0:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.trainer.max_steps)
+        self.updater = PolicyUpdater(
+            self.model, self.optimizer, self.scheduler, cfg.loss, cfg.trainer, cfg.optim,
+            temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
+            pad_id=self.tokenizer.pad_token_id, autocast_bf16=cfg.model.autocast_bf16,
+            ref_model=self.ref_model, seed=cfg.seed,
+        )
+        self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+        self.source = build_source(cfg.data, cfg.seed)
+        self.scorer = RewardScorer(cfg.reward)
+        self.start_step = 0
+        self.version = 0
+        if ckpt is not None:
+            self._restore(ckpt)
+        self.engine = make_engine(cfg.rollout, self.model, self.tokenizer, weights_path, cfg.model.dtype, cfg.seed)
+        if self.version:
+            self.engine.update_weights(self.model, self.version)
+
+    # ---------------------------------------------------------------- resume
+    def _find_resume(self, resume) -> Path | None:
+        if resume is None:
+            return None
+        if resume == "auto":
+            return latest_checkpoint(self.out / "checkpoints")
+        return Path(resume)
+
+    def _restore(self, ckpt: Path) -> None:
+        state = load_trainer_state(ckpt)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.updater.generator.set_state(state["update_generator"])
+        set_rng_state(state["rng"])
+        self.start_step = state["step"]
+        self.version = state["policy_version"]
+
+    def save(self, step: int) -> Path:
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "update_generator": self.updater.generator.get_state(),
+            "policy_version": self.version,
+            "data": {"source": self.cfg.data.source, "seed": self.cfg.seed, "next_step": step + 1},
+        }
+        return save_checkpoint(self.out / "checkpoints", step, self.model, self.tokenizer, state,
+                               self.cfg.trainer.keep_last_n)
+
+    # ---------------------------------------------------------------- the step
+    def rollout(self, problems: list[Problem], step: int, metrics: dict) -> list[Group]:
+        """Generate G samples per prompt and score them. Prompts over the length limit are dropped."""
+        kept, prompts = [], []
+        for p in problems:
+            try:
+                prompts.append(self.builder.encode(p))
+                kept.append(p)
+            except PromptTooLong:
+                metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
+        r = self.cfg.rollout
+        params = SamplingParams(n=r.num_generations, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                                top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step))
+        t0 = time.perf_counter()
+        samples = self.engine.generate(prompts, params) if prompts else []
+        metrics["timing_s/gen"] = time.perf_counter() - t0
+        groups = []
+        for g_idx, (p, ids, group_samples) in enumerate(zip(kept, prompts, samples)):
+            rollouts = [
+                Rollout(problem=p, group_id=step * 100_000 + g_idx, prompt_ids=ids, completion_ids=s.token_ids,
+                        sampler_logprobs=s.logprobs, text=self.builder.decode_completion(s.token_ids),
+                        finish_reason=s.finish_reason, policy_version=s.policy_version)
+                for s in group_samples
+            ]
+            groups.append(Group(group_id=rollouts[0].group_id, problem=p, prompt_ids=ids, rollouts=rollouts))
+        t0 = time.perf_counter()
+        metrics.update(self.scorer.score([r for g in groups for r in g.rollouts]))
+        metrics["timing_s/reward"] = time.perf_counter() - t0
+        return groups
+
+    def step(self, step: int) -> dict[str, float]:
+        cfg = self.cfg
+        t_step = time.perf_counter()
+        metrics: dict = {}
+        problems = self.source.batch(step, cfg.rollout.prompts_per_step)
+        groups = self.rollout(problems, step, metrics)
+        metrics.update(group_metrics(groups))
+        batch = build_train_batch(groups, cfg.advantage)
+        metrics.update(batch_metrics(batch))
+
+        t0 = time.perf_counter()
+        old_logp = None
+        if cfg.trainer.ppo_epochs > 1 or cfg.trainer.mini_batches > 1:
+            old_logp = self.updater.logprobs(self.model, batch, list(range(batch.num_seqs)))
+        metrics["timing_s/old_logprob"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        metrics.update(self.updater.update(batch, old_logp, self.version))
+        metrics["timing_s/update"] = time.perf_counter() - t0
+        self.version += 1
+        t0 = time.perf_counter()
+        self.engine.update_weights(self.model, self.version)
+        metrics["timing_s/weight_sync"] = time.perf_counter() - t0
+
+        metrics["timing_s/step"] = time.perf_counter() - t_step
+        metrics["perf/tokens_per_s"] = float(batch.completion_lens.sum()) / metrics["timing_s/step"]
+        metrics["perf/peak_mem_gb"] = peak_mem_gb()
+        return to_scalars(metrics)
+
+    def fit(self) -> Path:
+        cfg = self.cfg
+        logger = MetricsLogger(self.out, cfg.trainer.tensorboard, cfg.trainer.wandb, to_dict(cfg),
+                               cfg.trainer.max_steps, cfg.trainer.progress, self.start_step)
+        try:
+            for step in range(self.start_step + 1, cfg.trainer.max_steps + 1):
+                row = self.step(step)
+                if step % cfg.trainer.log_every == 0 or step == cfg.trainer.max_steps:
+                    logger.log(step, row)
+                if cfg.trainer.save_every and step % cfg.trainer.save_every == 0:
+                    self.save(step)
+            last = cfg.trainer.max_steps
+            if self.start_step < last and not (cfg.trainer.save_every and last % cfg.trainer.save_every == 0):
+                self.save(last)
+        finally:
+            logger.close()
+            self.close()
+        write_report(self.out / "metrics.jsonl", self.out / "report.png", title=str(self.out.name))
+        return self.out
+
+    def close(self) -> None:
+        self.scorer.close()
+        self.engine.close()
+
+
+def group_metrics(groups: list[Group]) -> dict[str, float]:
+    """Metrics of the initial (unhinted) rollouts."""
+    rollouts = [r for g in groups for r in g.rollouts]
+    if not rollouts:
+        return {"groups/count": 0.0}
+    n = len(groups)
+    return {
+        "reward/mean": float(np.mean([r.reward for r in rollouts])),
+        "reward/std": float(np.std([r.reward for r in rollouts])),
+        "acc": float(np.mean([r.correct for r in rollouts])),
+        "groups/count": float(n),
+        "groups/all_fail_frac": sum(g.all_fail for g in groups) / n,
+        "groups/all_pass_frac": sum(g.all_pass for g in groups) / n,
+        "response_length/mean": float(np.mean([len(r.completion_ids) for r in rollouts])),
+        "response_length/max": float(max(len(r.completion_ids) for r in rollouts)),
+        "response_length/clip_frac": float(np.mean([r.truncated for r in rollouts])),
+    }
+
+
+def batch_metrics(batch) -> dict[str, float]:
+    """signal_yield: the share of generated tokens whose advantage is non-zero (i.e. that teach)."""
+    lens = batch.completion_lens.double()
+    total = float(lens.sum())
+    useful = float((lens * (batch.advantages != 0).double()).sum())
+    return {"signal_yield": useful / total if total else 0.0, "batch/tokens": total,
+            "batch/sequences": float(batch.num_seqs)}

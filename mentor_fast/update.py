@@ -1,0 +1,216 @@
+"""The policy update: forward over packed completion tokens, the GRPO loss, backward, optimizer.
+
+Only completion positions reach the LM head: the decoder runs over prompt + completion, then the
+hidden states that predict completion tokens are gathered into [N, H] (no padding rows) and handed
+to the loss, either the plain-torch reference (materialised [N, V] logits, the vanilla baseline)
+or the fused kernels (never builds [N, V]).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from mentor_fast.algo.batch import TrainBatch, plan_micro_batches, split_mini_batches
+from mentor_fast.algo.loss import logp_and_entropy_ref, policy_loss, sequence_token_weights
+from mentor_fast.config import LossConfig, OptimConfig, TrainerConfig
+
+
+@dataclass
+class MicroBatch:
+    hidden: torch.Tensor  # [N, H] completion-predicting hidden states
+    targets: torch.Tensor  # [N]
+    seq_index: torch.Tensor  # [N] position of each token's sequence within the micro-batch list
+    seqs: list[int]  # batch indices of the sequences, in order
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, max_steps: int):
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+
+    def factor(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        span = max(1, max_steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        if cfg.schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return optimizer, scheduler
+
+
+class PolicyUpdater:
+    """Runs PPO epochs x mini-batches x micro-batches over one TrainBatch."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler,
+        loss_cfg: LossConfig,
+        trainer_cfg: TrainerConfig,
+        optim_cfg: OptimConfig,
+        *,
+        temperature: float,
+        max_new_tokens: int,
+        pad_id: int,
+        autocast_bf16: bool = False,
+        ref_model: torch.nn.Module | None = None,
+        seed: int = 0,
+    ):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.loss_cfg, self.trainer_cfg, self.optim_cfg = loss_cfg, trainer_cfg, optim_cfg
+        self.temperature, self.max_new_tokens, self.pad_id = temperature, max_new_tokens, pad_id
+        self.autocast_bf16 = autocast_bf16
+        self.ref_model = ref_model
+        self.generator = torch.Generator().manual_seed(seed)
+        self._fused = None
+        if loss_cfg.impl == "fused":
+            from mentor_fast.kernels import grpo_loss  # the kernels package has no heavy imports
+
+            self._fused = grpo_loss
+
+    # ---------------------------------------------------------------- forward pieces
+    def _autocast(self):
+        if self.autocast_bf16:
+            return torch.autocast("cpu" if not torch.cuda.is_available() else "cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _hidden(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> MicroBatch:
+        device = next(model.parameters()).device
+        rows = [batch.input_ids[i] for i in seqs]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        row_idx, col_idx, seq_index = [], [], []
+        for j, (i, r) in enumerate(zip(seqs, rows)):
+            ids[j, : len(r)] = torch.tensor(r)
+            mask[j, : len(r)] = 1
+            p, c = int(batch.prompt_lens[i]), int(batch.completion_lens[i])
+            # the hidden state at position t predicts token t+1
+            row_idx.extend([j] * c)
+            col_idx.extend(range(p - 1, p + c - 1))
+            seq_index.extend([j] * c)
+        ids, mask = ids.to(device), mask.to(device)
+        with self._autocast():
+            hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, T, H]
+        rr = torch.tensor(row_idx, dtype=torch.long, device=device)
+        cc = torch.tensor(col_idx, dtype=torch.long, device=device)
+        return MicroBatch(hidden[rr, cc], ids[rr, cc + 1], torch.tensor(seq_index, device=device), seqs)
+
+    def _logp(self, model: torch.nn.Module, mb: MicroBatch, with_entropy: bool):
+        weight = model.get_output_embeddings().weight
+        # fp32 logits: bf16 logits put a 3-6% error into the ratio (research/kernels.md)
+        with torch.autocast(mb.hidden.device.type, enabled=False):
+            return logp_and_entropy_ref(
+                mb.hidden.float(), weight.float(), mb.targets, self.temperature, with_entropy,
+                entropy_grad=self.loss_cfg.entropy_coef > 0,
+            )
+
+    @torch.no_grad()
+    def logprobs(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> dict[int, torch.Tensor]:
+        """No-grad per-sequence completion log-probs in each sequence's own context."""
+        out = {}
+        lengths = [len(x) for x in batch.input_ids]
+        for plan in plan_micro_batches(lengths, seqs, self.trainer_cfg.micro_batch_tokens):
+            mb = self._hidden(model, batch, plan)
+            if self._fused is not None:
+                from mentor_fast.kernels import token_logprobs
+
+                weight = model.get_output_embeddings().weight
+                logp = token_logprobs(mb.hidden, weight, mb.targets, temperature=self.temperature)
+            else:
+                logp, _ = self._logp(model, mb, with_entropy=False)
+            for j, i in enumerate(plan):
+                out[i] = logp[mb.seq_index == j].float().cpu()
+        return out
+
+    # ---------------------------------------------------------------- the update
+    def update(self, batch: TrainBatch, old_logp: dict[int, torch.Tensor] | None, current_version: int):
+        """One rollout batch -> ppo_epochs x mini_batches optimizer steps. Returns metric tensors.
+
+        old_logp: recomputed log-probs per sequence (needed with several optimizer steps per batch);
+        None means the batch is on-policy for the first step, so the current log-probs (detached)
+        are the old ones and no separate pass is spent on them. Rollouts sampled by an older policy
+        version (async mentor re-rolls) always use their sampler log-probs as the behaviour policy.
+        """
+        cfg = self.loss_cfg
+        sums: dict[str, torch.Tensor] = {}
+        grad_norms = []
+        lengths = [len(x) for x in batch.input_ids]
+        stale = batch.policy_versions < current_version
+        for _epoch in range(self.trainer_cfg.ppo_epochs):
+            for mini in split_mini_batches(batch.num_seqs, self.trainer_cfg.mini_batches, self.generator):
+                seq_w = sequence_token_weights(batch.completion_lens[mini], cfg.aggregation, self.max_new_tokens)
+                weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
+                plans = plan_micro_batches(lengths, mini, self.trainer_cfg.micro_batch_tokens)
+                for plan in plans:
+                    metrics = self._micro_step(batch, plan, weight_of, old_logp, stale, len(plans))
+                    for k, v in metrics.items():
+                        sums[k] = torch.maximum(sums[k], v) if k.endswith("_max") and k in sums else sums.get(k, 0) + v
+                grad_norms.append(self._optimizer_step())
+        tokens = sums.pop("tokens").clamp_min(1.0)
+        out = {k: (v if k.endswith("_max") else v / tokens) for k, v in sums.items()}
+        out["grad_norm"] = torch.stack(grad_norms).mean()
+        out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
+        return out
+
+    def _micro_step(self, batch, plan, weight_of, old_logp, stale, num_micro):
+        cfg = self.loss_cfg
+        mb = self._hidden(self.model, batch, plan)
+        device = mb.hidden.device
+        lens = batch.completion_lens[plan]
+        w = torch.repeat_interleave(torch.tensor([weight_of[i] for i in plan], dtype=torch.float64), lens)
+        if cfg.aggregation == "token_mean_micro":  # bnpo: normalise inside the micro-batch
+            w = torch.full_like(w, 1.0 / max(1, int(lens.sum())) / num_micro)
+        adv = torch.repeat_interleave(batch.advantages[plan], lens)
+        sampler = torch.cat([batch.sampler_logprobs(i) for i in plan])
+        # NaN marks "use the current log-prob, detached" (on-policy first step)
+        old = torch.cat([
+            batch.sampler_logprobs(i) if stale[i]
+            else (old_logp[i] if old_logp is not None else torch.full((int(batch.completion_lens[i]),), math.nan))
+            for i in plan
+        ])
+        ref = None
+        if cfg.beta > 0:
+            ref_all = self.logprobs(self.ref_model, batch, plan)
+            ref = torch.cat([ref_all[i] for i in plan]).to(device)
+        w, adv, sampler, old = (t.to(device=device, dtype=torch.float32) for t in (w, adv, sampler, old))
+
+        if self._fused is not None:
+            return self._fused_micro_step(mb, w, adv, sampler, old, ref)
+        logp, entropy = self._logp(self.model, mb, with_entropy=True)
+        old = torch.where(torch.isnan(old), logp.detach(), old)
+        is_w = None
+        if cfg.is_cap > 0:  # truncated IS: trainer's behaviour estimate vs the sampler's
+            is_w = (old - sampler).exp().clamp(max=cfg.is_cap)
+        out = policy_loss(
+            logp, old, adv, w, cfg, ref_logp=ref, is_weights=is_w,
+            seq_index=mb.seq_index, num_seqs=len(plan), entropy=entropy,
+        )
+        out.loss.backward()
+        metrics = out.metrics
+        active = (w != 0).float()
+        metrics["logp_mismatch"] = ((logp.detach() - sampler).abs() * active).sum()
+        return metrics
+
+    def _fused_micro_step(self, mb, w, adv, sampler, old, ref):
+        raise NotImplementedError("loss.impl=fused is wired in once the kernels land")
+
+    def _optimizer_step(self) -> torch.Tensor:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.optim_cfg.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.optim_cfg.grad_clip)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])) if params else torch.zeros(())
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm.detach().float().cpu()
