@@ -64,9 +64,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
+    except _user_errors() as e:  # bad input: one clear line, no traceback
+        print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from mentor_fast.checkpoint import CheckpointError
+    from mentor_fast.data import DataError
+    from mentor_fast.models import ModelError
+
+    return (ConfigError, DataError, ModelError, CheckpointError)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,10 @@ class Trainer:
         metrics.update(group_metrics(groups))
         batch = build_train_batch(groups, cfg.advantage)
         metrics.update(batch_metrics(batch))
+        if batch.num_seqs == 0:  # every prompt was dropped: nothing to learn from, say so and go on
+            metrics["trainer/skipped_step"] = 1.0
+            metrics["timing_s/step"] = time.perf_counter() - t_step
+            return to_scalars(metrics)
 
         t0 = time.perf_counter()
         old_logp = None

@@ -1,0 +1,23 @@
+"""Rewards: math answers checked by math-verify in a process pool, TRL-style custom functions.
+
+Importing this package does not import math-verify or sympy (workers do, on first use).
+"""
+
+from mentor_fast.rewards.boxed import last_boxed
+from mentor_fast.rewards.math import Status, Verdict, is_correct, verify
+from mentor_fast.rewards.pool import MathVerifierPool, VerifierPoolError
+from mentor_fast.rewards.registry import VERIFIERS, RewardKind, RewardScorer, load_reward_function
+
+__all__ = [
+    "VERIFIERS",
+    "MathVerifierPool",
+    "RewardKind",
+    "RewardScorer",
+    "Status",
+    "Verdict",
+    "VerifierPoolError",
+    "is_correct",
+    "last_boxed",
+    "load_reward_function",
+    "verify",
+]

@@ -1,0 +1,208 @@
+"""JSONL datasets: GSM8K (`#### answer`), MATH (`\\boxed{}` in the solution) and plain answers.
+
+The file is read as bytes and decoded line by line, so a bad row is reported as
+"path:line: reason" (a DataError) instead of a deep UnicodeDecodeError or JSONDecodeError; with
+on_bad_row="skip" it is counted in the LoadReport instead. Blank lines are ignored.
+Problem.id = "<file stem>-<line>", Problem.source = "<path>:<line>", other columns -> Problem.columns.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mentor_fast.config import DataConfig
+from mentor_fast.rewards.boxed import last_boxed
+from mentor_fast.types import Problem
+
+Format = Literal["gsm8k", "math", "plain"]
+
+
+class DataError(ValueError):
+    """A dataset file or row is unusable; the message names the file (and line)."""
+
+
+@dataclass
+class LoadReport:
+    path: str
+    rows: int = 0  # non-blank lines seen
+    loaded: int = 0
+    skipped: collections.Counter = field(default_factory=collections.Counter)  # reason -> rows
+    examples: list[str] = field(default_factory=list)  # the first few skip messages
+
+
+class _BadRow(Exception):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+_CALC_RE = re.compile(r"<<[^<>]*>>")  # GSM8K calculator annotations: 9 * 2 = $<<9*2=18>>18
+_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_MATH_ANSWER_TAIL_RE = re.compile(r"\s*The answer is:.*\Z", re.DOTALL)  # MATH-500's trailing copy
+_ASY_RE = re.compile(r"\[asy\].*?\[/asy\]", re.DOTALL)  # figure code: not a solution step
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z$\\])|(?<=[.!?]\$)\s+(?=[A-Z$\\])")
+
+
+def _gsm8k(answer: str) -> tuple[str, tuple[str, ...]]:
+    if "####" not in answer:
+        raise _BadRow("no_final_answer", "answer has no '#### <final answer>'")
+    solution, final = answer.rsplit("####", 1)
+    gold = _THOUSANDS_RE.sub("", final.strip())
+    if not gold:
+        raise _BadRow("no_final_answer", "nothing after '####'")
+    steps = tuple(s for line in solution.splitlines() if (s := _CALC_RE.sub("", line).strip()))
+    return gold, steps
+
+
+def _in_math(text: str, pos: int) -> bool:
+    """Whether `pos` is inside $...$ (an odd number of unescaped dollars before it)."""
+    return (text.count("$", 0, pos) - text.count("\\$", 0, pos)) % 2 == 1
+
+
+def _split_sentences(paragraph: str) -> list[str]:
+    """Sentence ends outside $...$ math; a period inside inline math never splits."""
+    out, start = [], 0
+    for m in _SENTENCE_END_RE.finditer(paragraph):
+        if _in_math(paragraph, m.start()):
+            continue
+        out.append(paragraph[start : m.start()].strip())
+        start = m.end()
+    out.append(paragraph[start:].strip())
+    return [s for s in out if s]
+
+
+def _math(answer: str) -> tuple[str, tuple[str, ...]]:
+    gold = last_boxed(answer)
+    if gold is None:
+        raise _BadRow("no_final_answer", "answer has no complete \\boxed{...}")
+    if not gold:
+        raise _BadRow("no_final_answer", "the last \\boxed{} is empty")
+    solution = _ASY_RE.sub("", _MATH_ANSWER_TAIL_RE.sub("", answer))
+    steps = tuple(s for para in re.split(r"\n\s*\n", solution) for s in _split_sentences(para))
+    return gold, steps
+
+
+def _plain(answer: str) -> tuple[str, tuple[str, ...]]:
+    if not answer.strip():
+        raise _BadRow("no_final_answer", "empty answer")
+    return answer.strip(), ()
+
+
+_PARSERS = {"gsm8k": _gsm8k, "math": _math, "plain": _plain}
+
+
+def _row(raw: bytes, fmt: Format, question_key: str, answer_key: str) -> tuple[str, str, tuple, dict]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = f"byte 0x{raw[e.start]:02x} at column {e.start + 1}"
+        raise _BadRow("invalid_utf8", f"not valid UTF-8 ({where})") from None
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _BadRow("invalid_json", f"invalid JSON: {e.msg} at column {e.colno}") from None
+    if not isinstance(row, dict):
+        raise _BadRow("not_an_object", f"row is a JSON {type(row).__name__}, not an object")
+    for key in (question_key, answer_key):
+        if key not in row:
+            raise _BadRow(f"missing_{'question' if key == question_key else 'answer'}",
+                          f"missing key {key!r} (row keys: {sorted(row)})")
+    question, answer = row[question_key], row[answer_key]
+    if not isinstance(question, str) or not question.strip():
+        raise _BadRow("bad_question", f"{question_key!r} must be a non-empty string")
+    if fmt == "plain" and isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        answer = str(answer)
+    if not isinstance(answer, str):
+        raise _BadRow("bad_answer", f"{answer_key!r} must be a string, got {type(answer).__name__}")
+    gold, steps = _PARSERS[fmt](answer)
+    extra = {k: v for k, v in row.items() if k not in (question_key, answer_key)}
+    return question, gold, steps, extra
+
+
+def load_jsonl(
+    path: str | Path,
+    fmt: Format = "gsm8k",
+    question_key: str = "question",
+    answer_key: str = "answer",
+    on_bad_row: Literal["error", "skip"] = "error",
+) -> tuple[list[Problem], LoadReport]:
+    """Problems from a JSONL file; raises DataError naming the file and line for a bad row (or counts
+    it with on_bad_row="skip"), and for a missing file or one without usable rows."""
+    if fmt not in _PARSERS:
+        raise DataError(f"{path}: unknown format {fmt!r}; use one of {sorted(_PARSERS)}")
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e}") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
+        data = data[3:]
+    report, problems = LoadReport(str(path)), []
+    for line_no, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.rstrip(b"\r")
+        if not raw.strip():
+            continue
+        report.rows += 1
+        try:
+            question, gold, steps, extra = _row(raw, fmt, question_key, answer_key)
+        except _BadRow as e:
+            message = f"{path}:{line_no}: {e}"
+            if on_bad_row == "error":
+                raise DataError(message) from None
+            report.skipped[e.reason] += 1
+            if len(report.examples) < 5:
+                report.examples.append(message)
+            continue
+        problems.append(Problem(f"{path.stem}-{line_no}", question, gold, steps,
+                                source=f"{path}:{line_no}", columns=extra))
+    report.loaded = len(problems)
+    if report.rows == 0:
+        raise DataError(f"{path}: no rows")
+    if not problems:
+        skipped = dict(report.skipped)
+        raise DataError(f"{path}: no usable rows ({skipped} skipped; first: {report.examples[0]})")
+    return problems, report
+
+
+class JsonlSource:
+    """A JSONL file as a problem source: a seeded permutation per epoch; item p = step * size + i."""
+
+    def __init__(self, cfg: DataConfig, seed: int):
+        self.problems, self.report = load_jsonl(
+            cfg.path, cfg.format, cfg.question_key, cfg.answer_key, cfg.on_bad_row
+        )
+        self.seed = seed
+        self.eval_size = cfg.eval_size
+        self._perms: dict[Any, list[int]] = {}
+
+    def _perm(self, key: Any) -> list[int]:
+        if key not in self._perms:
+            if len(self._perms) > 4:  # only the current (and maybe next) epoch is ever hot
+                self._perms.pop(next(iter(self._perms)))
+            order = list(range(len(self.problems)))
+            random.Random(f"jsonl:{self.seed}:{key}").shuffle(order)
+            self._perms[key] = order
+        return self._perms[key]
+
+    def batch(self, step: int, size: int) -> list[Problem]:
+        n = len(self.problems)
+        out = []
+        for p in range(step * size, (step + 1) * size):
+            out.append(self.problems[self._perm(("epoch", p // n))[p % n]])
+        return out
+
+    def eval_problems(self, n: int | None = None) -> list[Problem]:
+        """The first n rows of a separate permutation (default cfg.eval_size); n <= 0: the whole file
+        in file order. Rows come from the same file as training: point data.path at a held-out split."""
+        n = self.eval_size if n is None else n
+        if n <= 0:
+            return list(self.problems)
+        return [self.problems[i] for i in self._perm("eval")[:n]]

@@ -1,0 +1,138 @@
+"""End-to-end runs on the tiny model, resume equality, config and data errors through the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from mentor_fast.config import load_config
+from mentor_fast.metrics import read_metrics
+from mentor_fast.trainer import TIMING_PREFIXES, Trainer
+
+TINY = "configs/tiny_test.yaml"
+
+
+def _cfg(tmp_path, *overrides):
+    return load_config([TINY], [f"output_dir={tmp_path}", "trainer.tensorboard=true", *overrides])
+
+
+REQUIRED = [
+    "reward/mean", "acc", "groups/all_fail_frac", "groups/all_pass_frac", "signal_yield",
+    "response_length/mean", "clip_frac", "entropy", "grad_norm", "lr", "timing_s/gen", "timing_s/reward",
+    "timing_s/old_logprob", "timing_s/update", "timing_s/step", "perf/tokens_per_s", "perf/peak_mem_gb",
+]
+
+
+SHAPED_REWARD = """
+def shorter_is_better(completions, **columns):
+    return [-len(c) / 100.0 for c in completions]
+"""
+
+
+def test_two_step_run_writes_metrics_report_and_loadable_checkpoint(tmp_path, monkeypatch):
+    # A random tiny model never answers correctly, so a shaped TRL-style reward gives it a signal.
+    (tmp_path / "tiny_rewards.py").write_text(SHAPED_REWARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = Trainer(_cfg(tmp_path / "run", "trainer.max_steps=2",
+                       'reward.functions=["tiny_rewards:shorter_is_better"]')).fit()
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in REQUIRED:
+        assert key in rows[0], key
+    assert 0.0 <= rows[0]["groups/all_fail_frac"] <= 1.0
+    assert rows[0]["acc"] == 0.0 and rows[0]["groups/all_fail_frac"] == 1.0  # correctness is not shaped
+    assert rows[0]["grad_norm"] > 0 and rows[0]["signal_yield"] > 0  # ... but the shaped reward teaches
+    assert rows[0]["reward/shorter_is_better/mean"] < 0
+    assert (out / "report.png").stat().st_size > 1000
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert (out / "config.yaml").is_file()
+    ckpt = out / "checkpoints" / "step_000002"
+    model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")
+    assert model.config.num_hidden_layers == 2
+
+
+def _comparable(row):
+    return {k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES)}
+
+
+def test_resume_gives_the_same_next_step(tmp_path):
+    full = tmp_path / "full"
+    Trainer(_cfg(full, "trainer.max_steps=3")).fit()
+    part = tmp_path / "part"
+    Trainer(_cfg(part, "trainer.max_steps=2")).fit()
+    Trainer(_cfg(part, "trainer.max_steps=3"), resume="auto").fit()
+    a = read_metrics(full / "metrics.jsonl")
+    b = read_metrics(part / "metrics.jsonl")
+    assert [r["step"] for r in b] == [1, 2, 3]
+    assert _comparable(a[2]) == pytest.approx(_comparable(b[2]), rel=1e-6, abs=1e-9)
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "mentor_fast.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_unknown_key_fails_at_once_naming_it():
+    proc = _cli("train", "--config", "configs/demo_cpu.yaml", "no_such_key=1")
+    assert proc.returncode == 2
+    assert "no_such_key" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_wrong_type_names_key_and_close_match():
+    proc = _cli("train", "--config", TINY, "trainer.max_step=x")
+    assert proc.returncode == 2 and "trainer.max_steps" in proc.stderr
+    proc = _cli("train", "--config", TINY, "rollout.temperature=hot")
+    assert proc.returncode == 2 and "rollout.temperature" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (b'{"question": "1+1?", "answer": "#### 2"}\n{"question": "2+2?"}\n', ":2"),
+        (b"", "no rows"),
+        (b'{"question": "1+1?", "answer": "#### 2"}\n\xff\xfe{"question"\n', ":2"),
+    ],
+    ids=["missing-answer", "empty-file", "non-utf8"],
+)
+def test_bad_data_gives_clear_error_naming_file_and_line(tmp_path, content, needle):
+    data = tmp_path / "bad.jsonl"
+    data.write_bytes(content)
+    proc = _cli("train", "--config", TINY, f"output_dir={tmp_path / 'run'}", "data.source=jsonl",
+                f"data.path={data}", "data.format=gsm8k")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "bad.jsonl" in proc.stderr and needle in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_long_prompts_are_dropped_and_counted(tmp_path):
+    data = tmp_path / "mixed.jsonl"
+    rows = [{"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"},
+            {"question": "Count the apples. " * 120 + "How many?", "answer": "#### 7"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _cfg(tmp_path / "run", "trainer.max_steps=1", "data.source=jsonl", f"data.path={data}",
+               "data.format=gsm8k", "data.max_prompt_tokens=200")
+    Trainer(cfg).fit()
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert row["data/dropped_long_prompts"] == 1
+    assert row["groups/count"] == 1
+
+
+def test_smollm2_smoke_step(tmp_path, smollm2_path):
+    cfg = load_config([], [
+        f"output_dir={tmp_path}", "model.path=smollm2-135m-instruct", "rollout.prompts_per_step=1",
+        "rollout.num_generations=2", "rollout.max_new_tokens=8", "trainer.max_steps=1", "trainer.progress=false",
+        "trainer.tensorboard=false",
+    ])
+    trainer = Trainer(cfg)
+    try:
+        row = trainer.step(1)
+    finally:
+        trainer.close()
+    assert row["batch/sequences"] == 2
+    assert row["response_length/mean"] >= 1
+    assert row["grad_norm"] >= 0
