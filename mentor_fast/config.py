@@ -246,6 +246,22 @@ class MentorConfig:
     """backend=openai: concurrent requests."""
     dump: bool = True
     """Write one JSONL row per intervention to mentor.jsonl."""
+    task: Literal["math", "code"] = "math"
+    """Failure taxonomy and leak-guard gates to use."""
+    temperature: float = 0.7
+    """LLM backends: sampling temperature of the mentor (0 = greedy)."""
+    max_tokens: int = 512
+    """LLM backends: token limit of a diagnosis."""
+    hint_max_tokens: int = 256
+    """LLM backends: token limit of one hint."""
+    attempts: int = 3
+    """Failed attempts shown to the diagnoser (chosen to cover distinct final answers)."""
+    attempt_chars: int = 1200
+    """Each attempt is cut to this many characters (head + tail)."""
+    exempt_steps: int = 0
+    """No interventions before this step unless a collapse surge is open."""
+    collapse_patience: int = 1
+    """Consecutive steps over the collapse thresholds needed for a collapse event."""
 
 
 @dataclass

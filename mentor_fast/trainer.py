@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -75,11 +77,30 @@ class Trainer:
         self.scorer = RewardScorer(cfg.reward)
         self.start_step = 0
         self.version = 0
+        self._mentor_state = None
         if ckpt is not None:
             self._restore(ckpt)
         self.engine = make_engine(cfg.rollout, self.model, self.tokenizer, weights_path, cfg.model.dtype, cfg.seed)
         if self.version:
             self.engine.update_weights(self.model, self.version)
+        self.mentor = None
+        self._mentor_pool: ThreadPoolExecutor | None = None
+        self._pending: tuple[Future, list[Group], int] | None = None  # async: hints for the last step
+        if cfg.mentor.enable:
+            from mentor_fast.mentor import Mentor
+
+            self.mentor = Mentor.from_config(cfg.mentor, self.builder, engine=self.engine,
+                                             tokenizer=self.tokenizer, seed=cfg.seed)
+            # backend=self writes hints with the policy itself, so it cannot run beside the update.
+            if cfg.mentor.async_ and cfg.mentor.backend != "self":
+                self._mentor_pool = ThreadPoolExecutor(1, thread_name_prefix="mentor")
+            if self._mentor_state is not None:
+                self.mentor.load_state_dict(self._mentor_state["mentor"])
+                pending = self._mentor_state.get("pending")
+                if pending is not None:
+                    done: Future = Future()
+                    done.set_result(pending["interventions"])
+                    self._pending = (done, pending["groups"], pending["step"])
 
     # ---------------------------------------------------------------- resume
     def _find_resume(self, resume) -> Path | None:
@@ -97,6 +118,7 @@ class Trainer:
         set_rng_state(state["rng"])
         self.start_step = state["step"]
         self.version = state["policy_version"]
+        self._mentor_state = state.get("mentor")
 
     def save(self, step: int) -> Path:
         state = {
@@ -106,6 +128,12 @@ class Trainer:
             "policy_version": self.version,
             "data": {"source": self.cfg.data.source, "seed": self.cfg.seed, "next_step": step + 1},
         }
+        if self.mentor is not None:
+            pending = None
+            if self._pending is not None:  # the mentor queue: hints written for the last step's failures
+                future, groups, pstep = self._pending
+                pending = {"interventions": future.result(), "groups": groups, "step": pstep}
+            state["mentor"] = {"mentor": self.mentor.state_dict(), "pending": pending}
         return save_checkpoint(self.out / "checkpoints", step, self.model, self.tokenizer, state,
                                self.cfg.trainer.keep_last_n)
 
@@ -119,9 +147,7 @@ class Trainer:
                 kept.append(p)
             except PromptTooLong:
                 metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
-        r = self.cfg.rollout
-        params = SamplingParams(n=r.num_generations, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                                top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step))
+        params = self.sampling(step)
         t0 = time.perf_counter()
         samples = self.engine.generate(prompts, params) if prompts else []
         metrics["timing_s/gen"] = time.perf_counter() - t0
@@ -139,13 +165,72 @@ class Trainer:
         metrics["timing_s/reward"] = time.perf_counter() - t0
         return groups
 
+    def sampling(self, step: int, stream: int = 0) -> SamplingParams:
+        """Initial rollouts and mentor re-rolls use the same sampling parameters (not the same seeds)."""
+        r = self.cfg.rollout
+        return SamplingParams(n=r.num_generations, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+                              top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step, stream))
+
+    def _score(self, rollouts: list[Rollout]) -> None:
+        self.scorer.score(rollouts)
+
+    def mentor_step(self, groups: list[Group], step: int, metrics: dict) -> list[Group]:
+        """MENTOR on the all-fail groups. Sync: diagnose, instruct, guard, re-roll and assemble now.
+        Async: the hints for this step's failures are written in the background while the update
+        runs; their re-rolls come from the next policy version and join the next step's batch."""
+        cfg = self.cfg.mentor
+        t0 = time.perf_counter()
+        if not cfg.async_:
+            out = self.mentor.intervene(groups, step, self.engine.generate, self._score, self.sampling(step, 1),
+                                        self.version)
+            self._record_mentor(out, metrics)
+            metrics["timing_s/mentor"] = time.perf_counter() - t0
+            return out.groups
+        carried: list[Group] = []
+        if self._pending is not None:
+            future, prev_groups, prev_step = self._pending
+            t_wait = time.perf_counter()
+            interventions = future.result(timeout=cfg.timeout_s)
+            wait_s = time.perf_counter() - t_wait
+            lag = self.version - min(r.policy_version for g in prev_groups for r in g.rollouts)
+            if lag > cfg.max_staleness:  # too old to learn from on-policy: drop, and say so
+                metrics["mentor/stale_dropped"] = float(len(interventions))
+            else:
+                self.mentor.reroll(interventions, self.engine.generate, self._score,
+                                   self.sampling(prev_step, 1), self.version)
+                out = self.mentor.finish(prev_groups, interventions, prev_step)
+                rescued = {iv.group.group_id for iv in interventions if iv.rescued}
+                carried = [g for g in out.groups if g.group_id in rescued]
+                self._record_mentor(out, metrics)
+            latency = metrics.get("mentor/latency_s", 0.0)
+            metrics["mentor/overlap_frac"] = max(0.0, 1.0 - wait_s / latency) if latency > 0 else 1.0
+        metrics["off_policy/max_lag"] = float(max(
+            (self.version - r.policy_version for g in carried for r in g.rollouts), default=0))
+        if self._mentor_pool is not None:
+            self._pending = (self._mentor_pool.submit(self.mentor.write_hints, groups, step), groups, step)
+        else:  # backend=self: written now, on the trainer's thread
+            done: Future = Future()
+            done.set_result(self.mentor.write_hints(groups, step))
+            self._pending = (done, groups, step)
+        metrics["timing_s/mentor"] = time.perf_counter() - t0
+        return groups + carried
+
+    def _record_mentor(self, out, metrics: dict) -> None:
+        metrics.update(out.metrics)
+        if out.dump_rows:
+            with (self.out / "mentor.jsonl").open("a") as f:
+                for row in out.dump_rows:
+                    f.write(json.dumps(row, default=str) + "\n")
+
     def step(self, step: int) -> dict[str, float]:
         cfg = self.cfg
         t_step = time.perf_counter()
         metrics: dict = {}
         problems = self.source.batch(step, cfg.rollout.prompts_per_step)
         groups = self.rollout(problems, step, metrics)
-        metrics.update(group_metrics(groups))
+        metrics.update(group_metrics(groups))  # the initial rollouts, before the mentor
+        if self.mentor is not None:
+            groups = self.mentor_step(groups, step, metrics)
         batch = build_train_batch(groups, cfg.advantage)
         metrics.update(batch_metrics(batch))
         if batch.num_seqs == 0:  # every prompt was dropped: nothing to learn from, say so and go on
@@ -193,6 +278,8 @@ class Trainer:
         return self.out
 
     def close(self) -> None:
+        if self._mentor_pool is not None:
+            self._mentor_pool.shutdown(wait=True)
         self.scorer.close()
         self.engine.close()
 

@@ -1,0 +1,401 @@
+"""The MENTOR step: schedule -> diagnose -> instruct -> guard -> re-roll (escalating) -> assemble.
+
+Synchronous: `intervene(...)`. Async split: `write_hints` (no policy access unless backend=self, so
+it can run in a background thread) then `reroll` and `finish` on the trainer's thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mentor_fast.algo.assemble import LossMode, assemble_groups
+from mentor_fast.config import MentorConfig
+from mentor_fast.mentor.agents import Agents, Failed, MentorBackend
+from mentor_fast.mentor.backends import as_agents, build_backend
+from mentor_fast.mentor.diagnosis import Diagnosis, FailureCase, final_answer_key, truncate_middle
+from mentor_fast.mentor.guard import LeakGuard
+from mentor_fast.mentor.reference import ReferenceMentor
+from mentor_fast.mentor.scheduler import MAX_LEVEL, Scheduler, StepPlan
+from mentor_fast.types import Group, Hint, Rollout, Sample
+
+GenerateFn = Callable[[list[list[int]], Any], list[list[Sample]]]  # (prompts, SamplingParams) -> [B][n]
+ScoreFn = Callable[[list[Rollout]], Any]  # fills reward / correct / verifier_note in place
+
+
+@dataclass
+class Intervention:
+    """One all-fail group the mentor took on, and everything that happened to it."""
+
+    group: Group
+    step: int
+    level: int  # the current hint level (starting level, then escalations)
+    case: FailureCase
+    diagnosis: Diagnosis | None = None
+    hint: Hint | None = None  # the current hint; None: no (further) hint for this group
+    hints: list[Hint] = field(default_factory=list)  # hints that reached the learner, one per round
+    verdicts: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # every guarded hint: level, hint, ok, gate, detail
+    rounds: list[list[Rollout]] = field(default_factory=list)  # re-rolls per round
+    rescued: bool = False
+    rescue_level: int | None = None
+    no_hint_reason: str | None = None  # garbage, error, guard, deadline, too_long
+    garbage: int = 0
+    latency_s: float = 0.0
+    policy_version: int | None = None
+
+    @property
+    def rerolls(self) -> list[Rollout]:
+        return [r for rs in self.rounds for r in rs]
+
+    def candidates(self, mode: LossMode | str) -> list[Rollout]:
+        """What assembly gets: replace -> every re-roll; group -> the first round with a success."""
+        if LossMode(mode) == LossMode.GROUP:
+            return next((rs for rs in self.rounds if any(r.correct for r in rs)), [])
+        return self.rerolls
+
+
+@dataclass
+class MentorOutcome:
+    groups: list[Group]  # the batch after assembly
+    metrics: dict[str, float]
+    dump_rows: list[dict[str, Any]]
+    interventions: list[Intervention]
+
+
+def _tokenizer_decode(builder: Any) -> Callable[[list[int]], str]:
+    tok = getattr(builder, "tokenizer", None)
+    if tok is None:
+        raise ValueError("Mentor needs `decode=` when the prompt builder has no `.tokenizer`")
+    return lambda ids: tok.decode(ids, skip_special_tokens=True)
+
+
+class Mentor:
+    """MENTOR wired together: scheduler, agents (backend), leak guard, re-rolls, assembly.
+
+    backend: a text backend (self/local/openai, wrapped in LLMAgents), `ReferenceMentor`, or ready
+    agents. builder: `encode(problem, hint) -> ids` (the PromptBuilder contract; a ValueError or a
+    prompt over `builder.max_prompt_tokens` means no re-roll for that hint, counted as too_long).
+    decode: completion ids -> text (default: builder.tokenizer.decode). Sampling, attempt and
+    scheduling knobs come from `cfg` (MentorConfig). Not thread-safe against itself except for
+    the documented split: `write_hints` (any thread) then `reroll` + `finish` (the trainer's).
+    """
+
+    def __init__(
+        self,
+        cfg: MentorConfig,
+        backend: MentorBackend | ReferenceMentor | Agents,
+        builder: Any,
+        *,
+        decode: Callable[[list[int]], str] | None = None,
+        guard: LeakGuard | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.cfg, self.builder, self.seed, self.task, self.attempts_k = cfg, builder, seed, cfg.task, cfg.attempts
+        self.backend = backend
+        self.agents = as_agents(
+            backend, fused=cfg.fused_call, temperature=cfg.temperature, attempt_chars=cfg.attempt_chars,
+            max_tokens=cfg.max_tokens, hint_max_tokens=cfg.hint_max_tokens,
+        )
+        self.decode = decode or _tokenizer_decode(builder)
+        self.guard = guard or LeakGuard()
+        self.scheduler = Scheduler(cfg, seed=seed, patience=cfg.collapse_patience, exempt_steps=cfg.exempt_steps)
+        self._plans: dict[int, StepPlan] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: MentorConfig,
+        builder: Any,
+        *,
+        engine: Any = None,
+        tokenizer: Any = None,
+        seed: int = 0,
+        device: str = "cpu",
+        **kwargs: Any,
+    ) -> Mentor:
+        backend = build_backend(cfg, engine=engine, tokenizer=tokenizer, seed=seed, device=device)
+        return cls(cfg, backend, builder, seed=seed, **kwargs)
+
+    # ------------------------------------------------------------ hints
+    def write_hints(self, groups: list[Group], step: int) -> list[Intervention]:
+        """Pass every scored group of the step (the scheduler observes them all); returns one
+        Intervention per selected all-fail group, with a guarded hint or a reason for none."""
+        t0 = time.monotonic()
+        plan = self.scheduler.plan(groups, step)
+        ivs = [
+            Intervention(
+                g,
+                step,
+                level,
+                FailureCase.from_group(
+                    g, self.attempts_k, self.scheduler.previous_hints(g.problem.id), self.task
+                ),
+            )
+            for g, level in plan.selected
+        ]
+        if ivs:
+            for iv, d in zip(ivs, self.agents.diagnose([iv.case for iv in ivs])):
+                if isinstance(d, Failed):
+                    self._fail(iv, d.reason)
+                else:
+                    iv.diagnosis = d
+            self._write(
+                [iv for iv in ivs if iv.diagnosis is not None], t0 + self.cfg.timeout_s, allow_lower=True
+            )
+        plan.latency_s = time.monotonic() - t0
+        for iv in ivs:
+            iv.latency_s = plan.latency_s
+        with self._lock:
+            self._plans[step] = plan
+        return ivs
+
+    def _fail(self, iv: Intervention, reason: str) -> None:
+        iv.hint = None
+        iv.no_hint_reason = reason
+        iv.garbage += reason == "garbage"
+
+    def _write(self, ivs: list[Intervention], deadline: float, allow_lower: bool) -> None:
+        """Instruct at each iv.level and guard. On a reject: regenerate once with the reason (LLM
+        agents), then one level lower (if allowed), then no hint."""
+        todo = [(iv, iv.level, None, 0) for iv in ivs]  # (intervention, level, feedback, stage)
+        while todo:
+            if time.monotonic() > deadline:
+                for iv, *_ in todo:
+                    self._fail(iv, "deadline")
+                return
+            texts = self.agents.instruct(
+                [t[0].case for t in todo],
+                [t[0].diagnosis for t in todo],
+                [t[1] for t in todo],
+                [t[2] for t in todo],
+            )
+            retry = []
+            for (iv, level, _, stage), text in zip(todo, texts):
+                if isinstance(text, Failed):
+                    self._fail(iv, text.reason)
+                    continue
+                p = iv.group.problem
+                v = self.guard.check(text, p.gold, p.solution_steps, self.task, level)
+                iv.verdicts.append(
+                    {"level": level, "hint": text, "ok": v.ok, "gate": v.gate, "detail": v.detail}
+                )
+                if v.ok:
+                    iv.hint = Hint(text, level, iv.diagnosis.to_dict(), self.agents.name)
+                    iv.level, iv.no_hint_reason = level, None
+                elif stage == 0 and self.agents.regenerates:
+                    retry.append((iv, level, v.detail, 1))
+                elif stage < 2 and allow_lower and level > 1:
+                    retry.append((iv, level - 1, None, 2))
+                else:
+                    self._fail(iv, "guard")
+            todo = retry
+
+    def _escalate(self, ivs: list[Intervention]) -> list[Intervention]:
+        up = [iv for iv in ivs if iv.level < MAX_LEVEL]
+        for iv in up:
+            iv.case.previous_hints.append(iv.hint.text)
+            iv.level += 1
+            iv.hint = None
+        self._write(up, time.monotonic() + self.cfg.timeout_s, allow_lower=False)
+        return [iv for iv in up if iv.hint is not None]
+
+    # ------------------------------------------------------------ re-rolls
+    def _rerolls_per_round(self, ivs: list[Intervention]) -> int:
+        if LossMode(self.cfg.loss_mode) != LossMode.GROUP:
+            return self.cfg.rerolls
+        sizes = {len(iv.group.rollouts) for iv in ivs}
+        if len(sizes) > 1:
+            raise ValueError(
+                f"loss_mode=group re-rolls G per group, but the groups have sizes {sorted(sizes)}"
+            )
+        return sizes.pop() if sizes else self.cfg.rerolls
+
+    def _encode(self, iv: Intervention) -> list[int] | None:
+        try:
+            ids = self.builder.encode(iv.group.problem, iv.hint.text)
+        except ValueError:  # the builder refuses prompts over its limit
+            ids = None
+        limit = getattr(self.builder, "max_prompt_tokens", None)
+        if ids is None or (limit is not None and len(ids) > limit):
+            self._fail(iv, "too_long")
+            return None
+        return ids
+
+    def reroll(
+        self,
+        interventions: list[Intervention],
+        generate_fn: GenerateFn,
+        score_fn: ScoreFn,
+        params: Any,
+        policy_version: int | None = None,
+    ) -> list[Intervention]:
+        """Re-roll every hinted group under q + hint (one batched generate call per round), score,
+        and escalate the level of groups with no success, for up to `max_rounds` rounds."""
+        t0, esc_s = time.monotonic(), 0.0
+        m = self._rerolls_per_round(interventions)
+        active = [iv for iv in interventions if iv.hint is not None]
+        for rnd in range(self.cfg.max_rounds):
+            if rnd > 0:
+                t_esc = time.monotonic()
+                active = self._escalate([iv for iv in active if not iv.rescued])
+                esc_s += time.monotonic() - t_esc
+            prompts = {id(iv): self._encode(iv) for iv in active}
+            active = [iv for iv in active if prompts[id(iv)] is not None]
+            if not active:
+                break
+            round_params = dataclasses.replace(params, n=m, seed=params.seed + 10_007 * (rnd + 1))
+            samples = generate_fn([prompts[id(iv)] for iv in active], round_params)
+            if len(samples) != len(active) or any(len(ss) != m for ss in samples):
+                raise ValueError(
+                    f"generate_fn returned {[len(ss) for ss in samples]} samples for "
+                    f"{len(active)} prompts x n={m}"
+                )
+            new: list[Rollout] = []
+            for iv, ss in zip(active, samples):
+                iv.rounds.append([self._rollout(iv, prompts[id(iv)], s) for s in ss])
+                iv.hints.append(iv.hint)
+                iv.policy_version = policy_version
+                new.extend(iv.rounds[-1])
+            score_fn(new)
+            for iv in active:
+                if any(r.correct for r in iv.rounds[-1]):
+                    iv.rescued, iv.rescue_level = True, iv.hint.level
+            active = [iv for iv in active if not iv.rescued]
+        for iv in interventions:
+            if iv.hints:
+                used = next((h for h in iv.hints if h.level == iv.rescue_level), iv.hints[-1])
+                self.scheduler.record(
+                    iv.group.problem.id, rescued=iv.rescued, level=iv.rescue_level, hint=used.text
+                )
+        with self._lock:
+            plan = self._plans.get(interventions[0].step) if interventions else None
+        if plan is not None:
+            plan.latency_s += esc_s
+            plan.reroll_s = time.monotonic() - t0 - esc_s
+        return interventions
+
+    def _rollout(self, iv: Intervention, prompt_ids: list[int], s: Sample) -> Rollout:
+        return Rollout(
+            problem=iv.group.problem,
+            group_id=iv.group.group_id,
+            prompt_ids=list(prompt_ids),
+            completion_ids=list(s.token_ids),
+            sampler_logprobs=list(s.logprobs),
+            text=self.decode(s.token_ids),
+            finish_reason=s.finish_reason,
+            policy_version=s.policy_version,
+            origin="mentor",
+            hint=iv.hint,
+        )
+
+    # ------------------------------------------------------------ assembly, metrics, dumps
+    def finish(
+        self, groups: list[Group], interventions: list[Intervention], step: int | None = None
+    ) -> MentorOutcome:
+        """Assemble the batch (mentor.loss_mode) and report the step's metrics and dump rows."""
+        if step is None:
+            step = interventions[0].step if interventions else -1
+        with self._lock:
+            plan = self._plans.pop(step, None)
+        cands = {iv.group.group_id: iv.candidates(self.cfg.loss_mode) for iv in interventions if iv.rescued}
+        out = assemble_groups(
+            groups, cands, self.cfg.loss_mode, self.cfg.max_replace, seed=self.seed * 1_000_003 + step
+        )
+        rows = [self._dump_row(iv) for iv in interventions] if self.cfg.dump else []
+        return MentorOutcome(out, self._metrics(plan, interventions, out), rows, interventions)
+
+    def intervene(
+        self,
+        groups: list[Group],
+        step: int,
+        generate_fn: GenerateFn,
+        score_fn: ScoreFn,
+        params: Any,
+        policy_version: int | None = None,
+    ) -> MentorOutcome:
+        """The synchronous MENTOR step: write_hints + reroll + finish."""
+        ivs = self.write_hints(groups, step)
+        self.reroll(ivs, generate_fn, score_fn, params, policy_version)
+        return self.finish(groups, ivs, step)
+
+    def _metrics(self, plan: StepPlan | None, ivs: list[Intervention], out: list[Group]) -> dict[str, float]:
+        rejects = Counter(v["gate"] for iv in ivs for v in iv.verdicts if not v["ok"])
+        levels = Counter(iv.rescue_level or iv.hints[-1].level for iv in ivs if iv.hints)
+        no_hint = [iv for iv in ivs if iv.hint is None and not iv.hints]
+        m: dict[str, float] = {
+            "mentor/triggered": len(ivs),
+            "mentor/rescued": sum(iv.rescued for iv in ivs),
+            "mentor/latency_s": plan.latency_s if plan else 0.0,
+            "mentor/reroll_s": plan.reroll_s if plan else 0.0,
+            "mentor/rerolls": sum(len(iv.rerolls) for iv in ivs),
+            "mentor/leak_rejects": sum(rejects.values()),
+            "mentor/graduations": self.scheduler.graduations,
+            "groups/all_fail_frac_after_mentor": sum(g.all_fail for g in out) / len(out) if out else 0.0,
+            "mentor/garbage": sum(iv.garbage for iv in ivs),
+            "mentor/no_hint": len(no_hint),
+            "mentor/collapse_event": float(plan.collapse_event) if plan else 0.0,
+            "mentor/surge_active": float(plan.surge_active) if plan else 0.0,
+            "mentor/all_fail_frac": plan.all_fail_frac if plan else 0.0,
+            "mentor/over_budget": plan.over_budget if plan else 0,
+        }
+        m |= {f"mentor/level_{lvl}": levels.get(lvl, 0) for lvl in (1, 2, 3)}
+        m |= {f"mentor/leak_rejects/{gate}": n for gate, n in rejects.items()}
+        m |= {f"mentor/no_hint/{r}": n for r, n in Counter(iv.no_hint_reason for iv in no_hint).items()}
+        counts = getattr(getattr(self.agents, "backend", self.agents), "counts", None)  # the text backend's
+        if counts is not None:
+            m |= {f"mentor/{k}": v for k, v in counts.drain().items()}
+        return {k: float(v) for k, v in m.items()}
+
+    def _dump_row(self, iv: Intervention) -> dict[str, Any]:
+        p = iv.group.problem
+        return {
+            "step": iv.step,
+            "group_id": iv.group.group_id,
+            "problem_id": p.id,
+            "question": p.question,
+            "gold": p.gold,
+            "attempts": [
+                {
+                    "text": truncate_middle(r.text, 300, 300),
+                    "answer": final_answer_key(r),
+                    "note": r.verifier_note,
+                    "finish_reason": r.finish_reason,
+                }
+                for r in iv.case.attempts
+            ],
+            "diagnosis": iv.diagnosis.to_dict() if iv.diagnosis else None,
+            "hint": iv.hints[-1].text if iv.hints else (iv.hint.text if iv.hint else None),
+            "level": iv.rescue_level or (iv.hints[-1].level if iv.hints else None),
+            "hints": [{"level": h.level, "text": h.text} for h in iv.hints],
+            "guard": iv.verdicts,
+            "rerolls": [
+                {
+                    "round": k,
+                    "level": r.hint.level if r.hint else None,
+                    "reward": r.reward,
+                    "correct": r.correct,
+                    "text": truncate_middle(r.text, 200, 200),
+                }
+                for k, rs in enumerate(iv.rounds)
+                for r in rs
+            ],
+            "rescued": iv.rescued,
+            "no_hint_reason": iv.no_hint_reason,
+            "latency_s": round(iv.latency_s, 4),
+            "policy_version": iv.policy_version,
+        }
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {"scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
