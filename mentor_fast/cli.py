@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[argv[0]](argv[1:])
-    except _user_errors() as e:  # bad input: one clear line, no traceback
+    except _user_errors() as e:  # bad input or a failed engine: one clear line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
 
@@ -73,8 +73,9 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from mentor_fast.checkpoint import CheckpointError
     from mentor_fast.data import DataError
     from mentor_fast.models import ModelError
+    from mentor_fast.rollout.base import EngineError
 
-    return (ConfigError, DataError, ModelError, CheckpointError)
+    return (ConfigError, DataError, ModelError, CheckpointError, EngineError)
 
 
 if __name__ == "__main__":

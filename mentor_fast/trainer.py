@@ -149,7 +149,7 @@ class Trainer:
                 metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
         params = self.sampling(step)
         t0 = time.perf_counter()
-        samples = self.engine.generate(prompts, params) if prompts else []
+        samples = self.generate(prompts, params) if prompts else []
         metrics["timing_s/gen"] = time.perf_counter() - t0
         groups = []
         for g_idx, (p, ids, group_samples) in enumerate(zip(kept, prompts, samples)):
@@ -171,6 +171,15 @@ class Trainer:
         return SamplingParams(n=r.num_generations, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                               top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step, stream))
 
+    def generate(self, prompts, params, tag: str = "initial"):
+        """Engines that count prefix-cache hits per phase (vLLM) get told which phase this is."""
+        if hasattr(self.engine, "pop_metrics"):
+            return self.engine.generate(prompts, params, tag=tag)
+        return self.engine.generate(prompts, params)
+
+    def _reroll_generate(self, prompts, params):
+        return self.generate(prompts, params, tag="reroll")
+
     def _score(self, rollouts: list[Rollout]) -> None:
         self.scorer.score(rollouts)
 
@@ -181,7 +190,7 @@ class Trainer:
         cfg = self.cfg.mentor
         t0 = time.perf_counter()
         if not cfg.async_:
-            out = self.mentor.intervene(groups, step, self.engine.generate, self._score, self.sampling(step, 1),
+            out = self.mentor.intervene(groups, step, self._reroll_generate, self._score, self.sampling(step, 1),
                                         self.version)
             self._record_mentor(out, metrics)
             metrics["timing_s/mentor"] = time.perf_counter() - t0
@@ -196,7 +205,7 @@ class Trainer:
             if lag > cfg.max_staleness:  # too old to learn from on-policy: drop, and say so
                 metrics["mentor/stale_dropped"] = float(len(interventions))
             else:
-                self.mentor.reroll(interventions, self.engine.generate, self._score,
+                self.mentor.reroll(interventions, self._reroll_generate, self._score,
                                    self.sampling(prev_step, 1), self.version)
                 out = self.mentor.finish(prev_groups, interventions, prev_step)
                 rescued = {iv.group.group_id for iv in interventions if iv.rescued}
@@ -251,6 +260,8 @@ class Trainer:
         t0 = time.perf_counter()
         self.engine.update_weights(self.model, self.version)
         metrics["timing_s/weight_sync"] = time.perf_counter() - t0
+        if hasattr(self.engine, "pop_metrics"):
+            metrics.update(self.engine.pop_metrics())
 
         metrics["timing_s/step"] = time.perf_counter() - t_step
         metrics["perf/tokens_per_s"] = float(batch.completion_lens.sum()) / metrics["timing_s/step"]

