@@ -136,10 +136,11 @@ class PolicyUpdater:
     def update(self, batch: TrainBatch, old_logp: dict[int, torch.Tensor] | None, current_version: int):
         """One rollout batch -> ppo_epochs x mini_batches optimizer steps. Returns metric tensors.
 
-        old_logp: recomputed log-probs per sequence (needed with several optimizer steps per batch);
-        None means the batch is on-policy for the first step, so the current log-probs (detached)
-        are the old ones and no separate pass is spent on them. Rollouts sampled by an older policy
-        version (async mentor re-rolls) always use their sampler log-probs as the behaviour policy.
+        old_logp: recomputed log-probs per sequence (needed with several optimizer steps per batch).
+        None: pi_old is the sampler's log-prob of each token (the behaviour policy; on the HF engine in
+        fp32 it equals the trainer's to ~1e-5, see `rollout/logp_mismatch`), so no separate forward
+        is spent on it. Rollouts sampled by an older policy version (async mentor re-rolls) always
+        use their sampler log-probs.
         """
         cfg = self.loss_cfg
         sums: dict[str, torch.Tensor] = {}
@@ -155,7 +156,9 @@ class PolicyUpdater:
                     _accumulate(sums, self._micro_step(batch, plan, weight_of, old_logp, stale, len(plans)))
                 grad_norms.append(self._optimizer_step())
         tokens = sums.pop("tokens").clamp_min(1.0)
+        loss = sums.pop("loss") / len(grad_norms)  # the objective of each optimizer step, averaged
         out = {k: (v if k.endswith("_max") else v / tokens) for k, v in sums.items()}
+        out["loss"] = loss
         out["grad_norm"] = torch.stack(grad_norms).mean()
         out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
         return out
@@ -170,12 +173,10 @@ class PolicyUpdater:
             w = torch.full_like(w, 1.0 / max(1, int(lens.sum())) / num_micro)
         adv = torch.repeat_interleave(batch.advantages[plan], lens)
         sampler = torch.cat([batch.sampler_logprobs(i) for i in plan])
-        # NaN marks "use the current log-prob, detached" (on-policy first step)
-        old = torch.cat([
-            batch.sampler_logprobs(i) if stale[i]
-            else (old_logp[i] if old_logp is not None else torch.full((int(batch.completion_lens[i]),), math.nan))
-            for i in plan
-        ])
+        # The behaviour policy is what sampled the tokens: without a recomputed old pass (one
+        # optimizer step per batch) and for stale async re-rolls, pi_old is the sampler's log-prob.
+        old = torch.cat([old_logp[i] if old_logp is not None and not stale[i] else batch.sampler_logprobs(i)
+                         for i in plan])
         ref = None
         if cfg.beta > 0:
             ref_all = self.logprobs(self.ref_model, batch, plan)
@@ -185,29 +186,31 @@ class PolicyUpdater:
         if self._fused is not None:
             return self._fused_micro_step(mb, w, adv, sampler, old, ref)
         logp, entropy = self._logp(self.model, mb, with_entropy=True)
-        old = torch.where(torch.isnan(old), logp.detach(), old)
-        is_w = None
-        if cfg.is_cap > 0:  # truncated IS: trainer's behaviour estimate vs the sampler's
-            is_w = (old - sampler).exp().clamp(max=cfg.is_cap)
+        is_w = self._is_weights(old, sampler)
         out = policy_loss(
             logp, old, adv, w, cfg, ref_logp=ref, is_weights=is_w,
             seq_index=mb.seq_index, num_seqs=len(plan), entropy=entropy,
         )
         out.loss.backward()
         metrics = out.metrics
+        metrics["loss"] = out.loss.detach()
         active = (w != 0).float()
         metrics["rollout/logp_mismatch"] = ((logp.detach() - sampler).abs() * active).sum()
         return metrics
+
+    def _is_weights(self, old: torch.Tensor, sampler: torch.Tensor) -> torch.Tensor | None:
+        """Truncated IS between the trainer's recomputed pi_old and the sampler (engine mismatch);
+        it is 1 where pi_old already is the sampler's log-prob."""
+        if self.loss_cfg.is_cap <= 0:
+            return None
+        return (old - sampler).exp().clamp(max=self.loss_cfg.is_cap)
 
     def _fused_micro_step(self, mb, w, adv, sampler, old, ref):
         """The same objective through mentor_fast.kernels.grpo_loss: no [N, V] logits, the logits
         gradient formed in the forward pass (3 LM-head matmuls instead of 4)."""
         cfg = self.loss_cfg
         weight = self.model.get_output_embeddings().weight
-        is_w = None
-        if cfg.is_cap > 0:  # needs the trainer's old log-probs, which the on-policy path does not have
-            known = ~torch.isnan(old)
-            is_w = torch.where(known, (old - sampler).exp(), torch.ones_like(old))
+        is_w = self._is_weights(old, sampler)
         with torch.autocast(mb.hidden.device.type, enabled=False):
             out = self._fused(
                 mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
@@ -219,7 +222,7 @@ class PolicyUpdater:
         out.loss.backward()
         active = (w != 0).float()
         tokens = active.sum()
-        m = {"tokens": tokens}
+        m = {"tokens": tokens, "loss": out.loss.detach()}
         for name, key in [("clip_frac_low", "clip_frac_low"), ("clip_frac_high", "clip_frac_high"),
                           ("ratio_mean", "ratio_mean"), ("entropy_mean", "entropy"), ("kl_mean", "kl")]:
             value = getattr(out, name)

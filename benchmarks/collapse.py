@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Zero-reward collapse and recovery: vanilla GRPO vs MENTOR through a sudden difficulty jump.
+
+    .venv/bin/python benchmarks/collapse.py --seeds 1 --out runs/collapse
+
+Per seed: (1) a shared warm-up on the easy ladder levels (vanilla GRPO; the mentor has nothing to do
+there), saved as the common start; (2) from that start, the same number of post-jump steps on the
+jumped level for vanilla GRPO and for MENTOR (same seed, so the same prompts and sampling seeds for
+the initial rollouts); (3) both final policies are evaluated on held-out problems of the jumped
+level without hints. Writes DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}}
+and DIR/collapse.png (the initial-rollout all-fail fraction against the step, both arms).
+
+post_jump_all_fail_frac: mean over post-jump steps of the fraction of groups whose *initial*,
+unhinted rollouts all fail (MENTOR's re-rolls never enter it). heldout_acc_no_hint: sampled
+pass@1 on held-out jumped-level problems, no hint anywhere in the prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from mentor_fast.config import load_config
+from mentor_fast.metrics import read_metrics
+from mentor_fast.trainer import Trainer
+
+
+def _common(args, out: Path, seed: int) -> list[str]:
+    return [
+        f"output_dir={out}", f"seed={seed}", f"rollout.prompts_per_step={args.prompts}",
+        f"rollout.num_generations={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",
+        f"optim.lr={args.lr}", "trainer.tensorboard=false", "trainer.keep_last_n=1", "trainer.threads=2",
+        f"loss.impl={args.loss_impl}",
+    ]
+
+
+def train(overrides: list[str]) -> Path:
+    cfg = load_config([], overrides)
+    return Trainer(cfg).fit()
+
+
+def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
+    """Sampled pass@1 on held-out problems of the jumped level; prompts carry no hint."""
+    from mentor_fast.data import PromptBuilder, build_source
+    from mentor_fast.evaluate import evaluate
+    from mentor_fast.models import load_policy, load_tokenizer
+    from mentor_fast.rewards import MathVerifierPool
+    from mentor_fast.rollout import make_engine
+
+    cfg = load_config([], [f"model.path={policy}", f"seed={seed}", f"data.jump_levels=[{args.jump_level}]",
+                           f"data.levels=[{args.jump_level}]"])
+    tok = load_tokenizer(policy)
+    model = load_policy(policy, cfg.model.dtype)
+    engine = make_engine(cfg.rollout, model, tok, policy, cfg.model.dtype, seed)
+    builder = PromptBuilder(tok, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+    problems = build_source(cfg.data, seed).eval_problems(args.eval_problems, levels=[args.jump_level])
+    with MathVerifierPool(workers=2, timeout_s=5.0) as pool:
+        summary = evaluate(engine, builder, pool.verify_batch, problems, n=args.eval_n, ks=[1],
+                           temperature=1.0, max_new_tokens=args.max_new_tokens, seed=10_000 + seed,
+                           out_jsonl=out_jsonl)
+    engine.close()
+    return summary
+
+
+def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float) -> dict:
+    post = rows
+    return {
+        "post_jump_all_fail_frac": statistics.mean(r["groups/all_fail_frac"] for r in post),
+        "post_jump_acc": statistics.mean(r["acc"] for r in post),
+        "post_jump_signal_yield": statistics.mean(r["signal_yield"] for r in post),
+        "heldout_acc_no_hint": eval_summary["pass@1"],
+        "mean_step_s": statistics.mean(r["timing_s/step"] for r in post),
+        "rescued_total": sum(r.get("mentor/rescued", 0.0) for r in post),
+        "triggered_total": sum(r.get("mentor/triggered", 0.0) for r in post),
+        "wall_s": wall_s,
+        "curve": [r["groups/all_fail_frac"] for r in post],
+    }
+
+
+def plot(summary: dict, pre_rows: list[dict], out_png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    k = len(pre_rows)
+    ax.plot(range(1, k + 1), [r["groups/all_fail_frac"] for r in pre_rows], color="gray", marker="o",
+            label="warm-up (shared)")
+    for arm, color in (("vanilla", "tab:red"), ("mentor", "tab:blue")):
+        for s, per_seed in enumerate(summary[arm]["per_seed"]):
+            curve = per_seed["curve"]
+            ax.plot(range(k + 1, k + 1 + len(curve)), curve, color=color, marker=".", alpha=0.8,
+                    label=f"{arm}" if s == 0 else None)
+    ax.axvline(k + 0.5, ls="--", color="k", lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("all-fail fraction (initial rollouts)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--easy-levels", default="1,2")
+    p.add_argument("--jump-level", type=int, default=4)
+    p.add_argument("--pre-steps", type=int, default=4)
+    p.add_argument("--post-steps", type=int, default=12)
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--group", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--lr", type=float, default=2e-6)
+    p.add_argument("--loss-impl", default="fused")
+    p.add_argument("--mentor-async", default="true")
+    p.add_argument("--eval-problems", type=int, default=32)
+    p.add_argument("--eval-n", type=int, default=4)
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    per_arm = {"vanilla": [], "mentor": []}
+    pre_rows: list[dict] = []
+    for seed in range(args.seeds):
+        base = out / f"seed{seed}"
+        pre = train(_common(args, base / "warmup", seed) + [
+            f"model.path={args.model}", f"data.levels=[{args.easy_levels}]", f"trainer.max_steps={args.pre_steps}"])
+        start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
+        pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
+        arms = {
+            "vanilla": ["mentor.enable=false"],
+            "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}"],
+        }
+        for arm, extra in arms.items():
+            t0 = time.time()
+            run = train(_common(args, base / arm, seed) + extra + [
+                f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"])
+            wall = time.time() - t0
+            final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
+            ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
+            per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
+    summary: dict = {"setup": vars(args)}
+    for arm, seeds in per_arm.items():
+        keys = [k for k in seeds[0] if k != "curve"]
+        summary[arm] = {k: statistics.mean(s[k] for s in seeds) for k in keys}
+        summary[arm]["per_seed"] = seeds
+    v, m = summary["vanilla"], summary["mentor"]
+    summary["ratios"] = {
+        "all_fail_mentor_over_vanilla": (m["post_jump_all_fail_frac"] / v["post_jump_all_fail_frac"]
+                                         if v["post_jump_all_fail_frac"] else None),
+        "step_time_mentor_over_vanilla": m["mean_step_s"] / v["mean_step_s"],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    plot(summary, pre_rows, out / "collapse.png")
+    print(json.dumps({arm: {k: summary[arm][k] for k in ("post_jump_all_fail_frac", "heldout_acc_no_hint",
+                                                          "mean_step_s")} for arm in ("vanilla", "mentor")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The chunked-torch building blocks shared by K1 and K2: the LM-head GEMMs with fp32 logits and
+the per-row work (log-softmax in place, log-probs, entropy) in vectorised torch.
+
+Why torch and not numba on CPU: measured 2x faster on the row work (AVX-512 exp), and the row work
+is <10% of a step (research/kernels.md section 4). Memory per chunk: the [C, V] fp32 buffer plus
+at most a [64, V] block temporary; no other [C, V] tensor is allocated.
+
+K2 on this path never forms dz (unless the entropy bonus is on): with P = softmax(z/tau) in place,
+its target entries set to 0 (P'), q = 1 - p_y = -expm1(logp) and M = P' W (the GEMM that would have
+been dz W), dz = g (onehot(y) - P) gives
+    dH = g (q W[y] - M) / tau,   dW += -P'^T (g h / tau) + index_add(y, q g h / tau),
+    H = lse - (h / tau) . M - p_y z_y / tau,
+so the three GEMMs stay three, the row work is one log-softmax and one exp pass, the entropy comes
+free from M, and a confident token (p_y -> 1) loses no precision to W[y] - M cancellation.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+_F32 = torch.float32
+
+
+class LMHead:
+    """z = h W^T (fp32 out), dH = dz W, dW += dz^T h for one call.
+
+    CUDA + bf16/fp16: bf16 GEMMs with fp32 output (`out_dtype`), dz in the input dtype.
+    CPU + bf16/fp16: W is upcast once and everything runs in fp32 (MKL has no bf16->fp32 GEMM).
+    1/tau is applied to the fp32 logits by the row work, not folded into h: rounding h/tau (even
+    in fp32) made dH 2.4x less accurate at tau = 0.7 in the tests, and in bf16 it would perturb
+    every logit.
+    """
+
+    def __init__(self, weight: torch.Tensor, temperature: float):
+        self.native = weight.device.type == "cuda" and weight.dtype != _F32
+        self.w = weight if (weight.dtype == _F32 or self.native) else weight.to(_F32)
+        self.inv_temp = 1.0 / temperature
+
+    def rows(self, h: torch.Tensor) -> torch.Tensor:
+        """The chunk's hidden rows as the GEMMs want them (fp32 unless on the native CUDA path)."""
+        return h if self.native else h.to(_F32)
+
+    def logits(self, hs: torch.Tensor) -> torch.Tensor:  # [C, V] fp32
+        if self.native:
+            try:  # bf16 operands, fp32 accumulate *and* output (torch >= 2.8 on CUDA)
+                return torch.mm(hs, self.w.T, out_dtype=_F32)
+            except (TypeError, RuntimeError, NotImplementedError):
+                warnings.warn("torch.mm(out_dtype=float32) unavailable: upcasting the LM head to fp32",
+                              stacklevel=2)
+                self.native, self.w = False, self.w.to(_F32)
+                return hs.to(_F32) @ self.w.T
+        return hs @ self.w.T
+
+    def grad_dtype(self, dz: torch.Tensor) -> torch.Tensor:
+        """dz as the backward GEMMs take it (the weight dtype on the native CUDA path)."""
+        return dz.to(self.w.dtype) if self.native else dz
+
+    def grad_hidden(self, dz: torch.Tensor) -> torch.Tensor:  # [C, H]; dz = d loss / d(raw z)
+        return dz @ self.w if self.native else dz.to(_F32) @ self.w
+
+    def probs_w(self, p: torch.Tensor) -> torch.Tensor:
+        """M = P W [C, H] fp32."""
+        return (p.to(self.w.dtype) @ self.w).to(_F32) if self.native else p @ self.w
+
+    def grads_from_probs(self, p, m, q, g, hs, targets, dw: torch.Tensor | None, need_dh: bool):
+        """dH, dW from P (softmax of z / tau with the target entries zeroed), M = P W, q = 1 - p_y
+        and g = d loss / d logp (see the module doc)."""
+        dh = None
+        if need_dh:
+            dh = self.w[targets].to(_F32).mul_(q[:, None]).sub_(m).mul_(g[:, None] * self.inv_temp)
+        if dw is not None:
+            gh = hs.to(_F32) * (g[:, None] * self.inv_temp)  # g h / tau
+            if self.native:
+                self.grad_weight_(dw, p.to(self.w.dtype), gh.to(self.w.dtype).neg_())
+            else:
+                dw.addmm_(p.T, gh, alpha=-1.0)
+            dw.index_add_(0, targets, gh.mul_(q[:, None]))
+        return dh
+
+    def grad_weight_(self, dw: torch.Tensor, dz: torch.Tensor, hs: torch.Tensor) -> None:
+        """dw [V, H] fp32 += dz^T hs."""
+        if not self.native:
+            dw.addmm_(dz.to(_F32).T, hs)
+            return
+        try:  # fp32 accumulation of a bf16 GEMM without a [V, H] temporary (torch >= 2.8, CUDA)
+            torch.addmm(dw, dz.T, hs, out_dtype=_F32, out=dw)
+        except (TypeError, RuntimeError):
+            dw.add_(torch.mm(dz.T, hs, out_dtype=_F32))
+
+
+def log_softmax_rows_(z: torch.Tensor, targets: torch.Tensor, inv_temp: float = 1.0):
+    """z [C, V] fp32 logits -> log-probs, in place (one fused max/sum/write kernel per row, no
+    [C, V] temporary). Returns logp [C] and lse [C] of z / tau."""
+    if inv_temp != 1.0:
+        z.mul_(inv_temp)
+    zy = z.gather(1, targets[:, None]).squeeze(1)
+    torch._log_softmax(z, 1, False, out=z)
+    logp = z.gather(1, targets[:, None]).squeeze(1)
+    return logp, zy - logp
+
+
+# Rows per block for the entropy and dz loops: big enough that each torch op keeps both OpenMP
+# threads busy (2-row blocks ran 10x slower on a loaded 2-core machine), small enough that the
+# [rb, V] temporary stays a few MB.
+_BLOCK_ROWS = 64
+
+
+def entropy_rows(lp: torch.Tensor) -> torch.Tensor:
+    """H = -sum_j p_j log p_j from log-probs lp [C, V] (unchanged), with a [64, V] temporary."""
+    ent = lp.new_empty(lp.shape[0])
+    for s in range(0, lp.shape[0], _BLOCK_ROWS):
+        blk = lp[s:s + _BLOCK_ROWS]
+        ent[s:s + _BLOCK_ROWS] = torch.linalg.vecdot(torch.exp(blk), blk).neg_()
+    return ent
+
+
+def dz_with_entropy_(lp: torch.Tensor, targets: torch.Tensor, g: torch.Tensor, ent: torch.Tensor,
+                     ent_w: torch.Tensor) -> torch.Tensor:
+    """lp [C, V] log-probs -> dz = d loss / d(z / tau), in place, for a loss with the entropy bonus:
+    dz_j = p_j ((log p_j + H) ent_w - g) + g [j == y],  ent_w = entropy_coef * w."""
+    for s in range(0, lp.shape[0], _BLOCK_ROWS):
+        blk = lp[s:s + _BLOCK_ROWS]
+        p = torch.exp(blk)
+        blk.add_(ent[s:s + _BLOCK_ROWS, None]).mul_(ent_w[s:s + _BLOCK_ROWS, None])
+        blk.sub_(g[s:s + _BLOCK_ROWS, None]).mul_(p)
+    lp.scatter_add_(1, targets[:, None], g[:, None])
+    return lp
+
+
+def rows_torch(z: torch.Tensor, targets: torch.Tensor, *, inv_temp: float = 1.0, entropy: bool = False):
+    """K1 row work: z [C, V] fp32 logits (overwritten by log-probs) -> logp, lse, entropy | None."""
+    logp, lse = log_softmax_rows_(z, targets, inv_temp)
+    return logp, lse, entropy_rows(z) if entropy else None

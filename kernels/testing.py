@@ -1,0 +1,74 @@
+"""Test helpers for the kernels (used by tests/test_kernels*.py and the benchmarks): the tolerance
+rule and a batch builder that exercises every branch of the loss. Imports only torch."""
+
+from __future__ import annotations
+
+import torch
+
+
+def assert_close_rule(name: str, got, ref64, same_prec, atol: float = 1e-6, factor: float = 2.0) -> None:
+    """|got - ref_fp64| <= factor * |torch_same_precision - ref_fp64| + atol, elementwise.
+
+    Prints max/mean error of both and the first bad index, so a failure says where and by how much.
+    """
+    got, ref64, same_prec = (x.detach().to(torch.float64).reshape(-1) for x in (got, ref64, same_prec))
+    err = (got - ref64).abs()
+    base = (same_prec - ref64).abs()
+    bad = err > factor * base + atol
+    msg = (f"{name}: max err {err.max().item():.3e} mean {err.mean().item():.3e} | same-precision torch "
+           f"max {base.max().item():.3e} mean {base.mean().item():.3e}")
+    if bad.any():
+        i = int(bad.nonzero()[0])
+        msg += (f" | {int(bad.sum())} bad, first at {i}: got {got[i].item():.8g} ref {ref64[i].item():.8g} "
+                f"torch {same_prec[i].item():.8g}")
+        raise AssertionError(msg)
+    print(msg)
+
+
+def tiny_atol(dtype: torch.dtype, ref) -> float:
+    """The rule's "tiny atol": a few units in the last place of the largest reference element, in the
+    output precision (fp32: ~8 ulps; bf16/fp16 outputs: ~1 ulp), so a value whose torch twin happens
+    to round exactly does not fail on rounding noise alone."""
+    scale = float(ref.detach().abs().max()) if ref.numel() else 0.0
+    return (1e-6 if dtype == torch.float32 else 4e-3) * scale + 1e-12
+
+
+def make_batch(n: int, h: int, v: int, *, seqs: int = 8, seed: int = 0, temperature: float = 1.0,
+               logit_scale: float = 1.0):
+    """A packed GRPO batch that exercises every branch of the loss (tokens inside and outside the
+    clip range on both sides, A = 0, a fully masked sequence, ragged weights, a target in the last
+    vocab position). Returns a dict of fp64 tensors (hidden, weight) and fp32 per-token inputs."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=g, dtype=torch.float64) * logit_scale
+    weight = torch.randn(v, h, generator=g, dtype=torch.float64) / h**0.5 * 3.0
+    targets = torch.randint(0, v, (n,), generator=g)
+    targets[-1] = v - 1  # a target in the last (partial) vocab block
+    targets[n // 2] = v - 2
+    seq_ids = torch.sort(torch.randint(0, seqs, (n,), generator=g)).values
+    with torch.no_grad():
+        logp = torch.log_softmax(hidden @ weight.T / temperature, -1).gather(1, targets[:, None])[:, 0]
+    # old log-probs: ratios spread over [e^-0.6, e^0.6] so both clips and the interior are hit
+    old = (logp - (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * 1.2).float()
+    rewards = (torch.rand(seqs, generator=g) < 0.5).float()
+    rewards[:4] = 1.0  # group 0 (sequences 0-3) all-equal rewards -> A = 0
+    group_ids = torch.arange(seqs) // 4
+    adv_seq = torch.randn(seqs, generator=g)
+    adv_seq[0] = 0.0
+    adv = adv_seq[seq_ids]
+    weights = torch.rand(n, generator=g) / n
+    weights[seq_ids == seqs - 1] = 0.0  # a fully masked sequence
+    weights[::7] = 0.0  # ragged padding positions
+    ref = (logp + torch.randn(n, generator=g, dtype=torch.float64) * 0.3).float()
+    return dict(hidden=hidden, weight=weight, targets=targets, old_logp=old, advantages=adv,
+                token_weights=weights, ref_logp=ref, seq_ids=seq_ids, rewards=rewards, group_ids=group_ids)
+
+
+def run_loss(fn, b: dict, dtype: torch.dtype, *, with_dw: bool = True, **kw):
+    """Calls fn (grpo_loss or grpo_loss_ref) with hidden/weight cast to dtype and returns
+    (output, dH, dW) with the gradients from loss.backward()."""
+    hid = b["hidden"].detach().to(dtype).requires_grad_()
+    w = b["weight"].detach().to(dtype).requires_grad_(with_dw)
+    args = {k: b[k] for k in ("old_logp", "advantages", "token_weights")}
+    out = fn(hid, w, b["targets"], **args, **kw)
+    out.loss.backward()
+    return out, hid.grad, w.grad

@@ -1,0 +1,251 @@
+"""The transformers rollout engine: the CPU default and the vanilla baseline's engine.
+
+It shares the trainer's policy module in-process, so a weight "sync" is a reference swap. The
+decode loop is written out (not `model.generate`) for two reasons:
+- compute follows the live rows: a row that emits EOS leaves the batch (its KV-cache rows are
+  dropped), where `generate` keeps decoding every row until the longest one ends;
+- each sequence draws its randomness from its own stream, seeded from (seed, prompt index,
+  sample index), so its tokens do not depend on batch neighbours, padding or `hf_batch_size`.
+A prompt's n samples share one prefill; the prompt's KV rows are repeated n times afterwards.
+
+Shape letters: U unique prompts in a chunk, S sequences in a chunk, L live sequences, T length,
+V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+from mentor_fast.config import RolloutConfig
+from mentor_fast.rollout.base import EngineError, SamplingParams
+from mentor_fast.types import Sample
+
+_MASK64 = (1 << 64) - 1
+
+
+def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
+    """Seed of one sequence's random stream (splitmix64 of the three indices; 63 bits)."""
+    x = (seed * 0x9E3779B97F4A7C15 + prompt_index * 0xBF58476D1CE4E5B9 + sample_index + 1) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (x ^ (x >> 31)) >> 1
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """A KV-cache layer with room for the whole chunk: writes in place instead of `torch.cat`.
+
+    DynamicLayer re-copies the full cache every decode step (O(T^2) bytes moved); at 32 rows x
+    30 layers x ~200 positions that copy costs about as much as the forward itself on a CPU.
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, h, _, d = key_states.shape
+        self._k = key_states.new_empty(b, h, self.capacity, d)
+        self._v = value_states.new_empty(b, value_states.shape[1], self.capacity, value_states.shape[-1])
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+
+def sample_tokens(
+    logits: torch.Tensor, uniforms: torch.Tensor, params: SamplingParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [L, V] (any dtype), uniforms [L] in [0, 1) -> (tokens [L], sampler log-probs [L] fp32).
+
+    The reported log-prob is log_softmax(logits / T)[token] on the raw logits in fp32, NOT the
+    log-prob under the top-p-renormalised distribution the token was drawn from: it is what the
+    trainer recomputes from its own forward, so sampler and trainer score the same tokens under
+    the same function and the importance ratio is 1 when the weights agree. Greedy reports T = 1.
+    """
+    z = logits.float()
+    if params.greedy:
+        tokens = z.argmax(-1)
+        return tokens, (z.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(z, -1))
+    z = z / params.temperature  # [L, V]
+    lse = torch.logsumexp(z, -1, keepdim=True)  # [L, 1]
+    probs = (z - lse).exp_()
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the top token always stays).
+        sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p > params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    # Inverse-CDF draw: one uniform per row and step. fp64 cumsum so tail tokens keep their mass.
+    cdf = probs.double().cumsum(-1)  # [L, V]
+    target = uniforms.double()[:, None] * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=z.shape[-1] - 1)
+    return tokens, (z.gather(-1, tokens[:, None]) - lse).squeeze(-1)
+
+
+def eos_token_ids(tokenizer, model) -> set[int]:
+    """The tokenizer's EOS plus every EOS id of the model's generation config."""
+    ids = set()
+    for value in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        if value is None:
+            continue
+        ids.update([value] if isinstance(value, int) else value)
+    if not ids:
+        raise ValueError("neither the tokenizer nor the generation config defines an EOS token")
+    return ids
+
+
+class HFEngine:
+    """RolloutEngine on transformers, sharing the trainer's policy module (no weight copies)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, cfg: RolloutConfig):
+        self._model = model
+        self._tokenizer = tokenizer
+        self._cfg = cfg
+        self._version = 0
+        self._eos = eos_token_ids(tokenizer, model)
+        self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def max_context_tokens(self) -> int:
+        return int(self._model.config.max_position_embeddings)
+
+    def update_weights(self, model: torch.nn.Module, version: int) -> None:
+        self._model = model  # same process, same tensors: nothing to copy
+        self._version = version
+
+    def close(self) -> None:
+        self._model = None
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        self._check(prompts, params)
+        # Similar prompt lengths share a chunk (less padding); seeds follow the original indices.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        seqs = [(i, j) for i in order for j in range(params.n)]
+        out: list[list[Sample | None]] = [[None] * params.n for _ in prompts]
+        model = self._model
+        modes = [(m, m.training) for m in model.modules()]  # restored exactly, even if mixed
+        model.eval()
+        try:
+            with torch.no_grad():
+                size = max(1, self._cfg.hf_batch_size)
+                for start in range(0, len(seqs), size):
+                    chunk = seqs[start : start + size]
+                    for (i, j), sample in zip(chunk, self._decode_chunk(prompts, chunk, params)):
+                        out[i][j] = sample
+        finally:
+            for m, training in modes:
+                m.training = training
+        return out  # type: ignore[return-value]
+
+    def _check(self, prompts: list[list[int]], params: SamplingParams) -> None:
+        if self._model is None:
+            raise EngineError("HFEngine.generate after close()")
+        if params.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+        if params.greedy and params.n != 1:
+            raise ValueError(f"greedy decoding gives one sample per prompt; got n={params.n}")
+        if not params.greedy and not (params.temperature > 0 and 0 < params.top_p <= 1):
+            raise ValueError(f"need temperature > 0 and top_p in (0, 1]; got {params}")
+        limit = self.max_context_tokens - params.max_new_tokens
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"prompt {i} is empty")
+            if len(p) > limit:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={params.max_new_tokens} the "
+                    f"limit is {limit} (max_context_tokens={self.max_context_tokens}). Drop or shorten it; "
+                    "the engine does not truncate."
+                )
+
+    def _prefill(self, prompts: list[list[int]], uniq: list[int], capacity: int):
+        """Left-padded forward over the chunk's distinct prompts -> (cache, mask [U, T], logits [U, V])."""
+        model = self._model
+        device = next(model.parameters()).device
+        t = max(len(prompts[i]) for i in uniq)
+        ids = torch.full((len(uniq), t), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(uniq), t), dtype=torch.long)
+        for r, i in enumerate(uniq):
+            ids[r, t - len(prompts[i]) :] = torch.tensor(prompts[i])
+            mask[r, t - len(prompts[i]) :] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        position_ids = (mask.cumsum(-1) - 1).clamp_(min=0)
+        layers = model.config.get_text_config().num_hidden_layers
+        cache = Cache(layers=[_PreallocatedLayer(t + capacity) for _ in range(layers)])
+        logits = model(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        ).logits[:, -1]
+        return cache, mask, logits
+
+    def _decode_chunk(self, prompts, chunk: list[tuple[int, int]], params: SamplingParams) -> list[Sample]:
+        """Decode S sequences (prompt index, sample index); finished rows leave the batch."""
+        model = self._model
+        uniq = list(dict.fromkeys(i for i, _ in chunk))
+        cache, mask, logits = self._prefill(prompts, uniq, params.max_new_tokens)
+        device = mask.device
+        expand = torch.tensor([uniq.index(i) for i, _ in chunk], device=device)  # [S] -> prompt row
+        cache.batch_select_indices(expand)
+        mask, logits = mask[expand], logits[expand]
+        position = mask.sum(-1)  # [S] next position of each row (real tokens so far)
+        if params.greedy:
+            uniforms = torch.zeros(len(chunk), params.max_new_tokens)
+        else:  # each sequence's stream depends only on its own (seed, prompt, sample) indices
+            uniforms = torch.stack([
+                torch.rand(params.max_new_tokens, generator=torch.Generator().manual_seed(
+                    row_seed(params.seed, i, j)), dtype=torch.float64)
+                for i, j in chunk
+            ])  # [S, max_new_tokens]
+        uniforms = uniforms.to(device)
+        live = list(range(len(chunk)))
+        tokens: list[list[int]] = [[] for _ in chunk]
+        logprobs: list[list[float]] = [[] for _ in chunk]
+        reasons = ["length"] * len(chunk)
+        for step in range(params.max_new_tokens):
+            tok, lp = sample_tokens(logits, uniforms[live, step], params)
+            keep = []
+            for k, (s, t, p) in enumerate(zip(live, tok.tolist(), lp.tolist())):
+                tokens[s].append(t)
+                logprobs[s].append(p)
+                if t in self._eos:
+                    reasons[s] = "stop"
+                elif step + 1 < params.max_new_tokens:
+                    keep.append(k)
+            if not keep:
+                break
+            if len(keep) < len(live):  # drop finished rows: compute follows the live rows
+                idx = torch.tensor(keep, device=device)
+                cache.batch_select_indices(idx)
+                mask, tok, position = mask[idx], tok[idx], position[idx]
+                live = [live[k] for k in keep]
+            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+            logits = model(
+                input_ids=tok[:, None], attention_mask=mask, position_ids=position[:, None],
+                past_key_values=cache, use_cache=True,
+            ).logits[:, -1]
+            position = position + 1
+        return [
+            Sample(token_ids=tokens[s], logprobs=logprobs[s], finish_reason=reasons[s],
+                   policy_version=self._version)
+            for s in range(len(chunk))
+        ]

@@ -1,0 +1,240 @@
+"""HFEngine: sampling, seeding, log-probs, EOS handling and what it leaves behind, on the tiny Llama."""
+
+from __future__ import annotations
+
+import copy
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mentor_fast.config import RolloutConfig
+from mentor_fast.models import load_policy, load_tokenizer
+from mentor_fast.rollout.base import RolloutEngine, SamplingParams
+from mentor_fast.rollout.hf import HFEngine, eos_token_ids, sample_tokens
+
+QUESTIONS = ["What is 2 + 2?", "Tom has 17 apples and gives away 5. How many apples are left? Explain."]
+EOS = 2  # SmolLM2's <|im_end|>: tokenizer EOS and generation_config EOS of the tiny model
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_path):
+    return load_tokenizer(tiny_model_path)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_path):
+    return load_policy(tiny_model_path, "float32")
+
+
+@pytest.fixture(scope="module")
+def prompts(tok):
+    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+             for q in QUESTIONS]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    assert len(ids[0]) < len(ids[1])  # prompt 0 gets left padding in a batch with prompt 1
+    return ids
+
+
+def engine(model, tok, batch_size: int = 64) -> HFEngine:
+    return HFEngine(model, tok, RolloutConfig(hf_batch_size=batch_size))
+
+
+def eos_bias_hook(module, args, output, bias: float = 6.35):
+    """The random tiny model spreads its mass over ~49k tokens; +6.35 on the EOS logit gives P(EOS) ~ 0.15
+    a step at T = 0.7 (e^(6.35/0.7) ~ 49k * 0.15 / 0.85), so rows finish at different steps and some
+    run to the length limit."""
+    out = output.clone()
+    out[..., EOS] += bias
+    return out
+
+
+def teacher_forced_logprobs(model, prompt: list[int], completion: list[int], temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T)[token] for each completion token, from one full unpadded forward."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    z = logits.double() if logits.dtype == torch.float64 else logits.float()  # the engine's fp32 math
+    return torch.log_softmax(z / temperature, -1).double().gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+def assert_close_to_ref(got: torch.Tensor, same_precision: torch.Tensor, ref: torch.Tensor, atol: float) -> None:
+    """STYLE.md tolerance rule: |got - ref64| <= 2 * |torch same precision - ref64| + atol, elementwise max."""
+    err, base = (got - ref).abs(), (same_precision - ref).abs()
+    bound = 2 * base.max().item() + atol
+    print(f"max err {err.max().item():.3e} mean {err.mean().item():.3e}; "
+          f"same-precision max {base.max().item():.3e}; bound {bound:.3e}")
+    bad = (err > bound).nonzero()
+    assert bad.numel() == 0, f"first bad index {bad[0].tolist()}: got {got[tuple(bad[0])]}, ref {ref[tuple(bad[0])]}"
+
+
+def test_engine_follows_protocol(model, tok):
+    eng = engine(model, tok)
+    assert isinstance(eng, RolloutEngine)
+    assert eng.max_context_tokens == 2048 and eng.policy_version == 0
+
+
+def test_n_samples_per_prompt_and_version(model, tok, prompts):
+    eng = engine(model, tok)
+    out = eng.generate(prompts, SamplingParams(n=3, max_new_tokens=5, seed=1))
+    assert [len(g) for g in out] == [3, 3]
+    for group in out:
+        for s in group:
+            # the random model puts ~1/49k on EOS: every row runs to the limit
+            assert len(s.token_ids) == len(s.logprobs) == 5 and s.finish_reason == "length"
+            assert all(-math.log(49152) - 3 < lp < 0 for lp in s.logprobs)
+            assert s.policy_version == 0
+        assert len({tuple(s.token_ids) for s in group}) == 3  # the n samples differ
+    eng.update_weights(model, 3)
+    again = eng.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=2, seed=1))
+    assert eng.policy_version == 3 and {s.policy_version for s in again[0]} == {3}
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens(model, tok, prompts):
+    eng = engine(model, tok)
+    params = SamplingParams(n=2, max_new_tokens=6, seed=7)
+    a, b = eng.generate(prompts, params), eng.generate(prompts, params)
+    c = eng.generate(prompts, SamplingParams(n=2, max_new_tokens=6, seed=8))
+    ids = lambda out: [s.token_ids for g in out for s in g]  # noqa: E731
+    assert ids(a) == ids(b)
+    assert [s.logprobs for g in a for s in g] == [s.logprobs for g in b for s in g]
+    assert all(x != y for x, y in zip(ids(a), ids(c)))
+
+
+def test_samples_do_not_depend_on_padding_neighbours_or_chunking(model, tok, prompts):
+    params = SamplingParams(n=3, max_new_tokens=6, seed=3)
+    together = engine(model, tok).generate(prompts, params)  # prompt 0 left-padded next to prompt 1
+    alone = engine(model, tok).generate(prompts[:1], params)
+    chunked = engine(model, tok, batch_size=2).generate(prompts, params)  # a group split over chunks
+    assert [s.token_ids for s in together[0]] == [s.token_ids for s in alone[0]]
+    for x, y in zip(together[0], alone[0]):
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
+    assert [[s.token_ids for s in g] for g in together] == [[s.token_ids for s in g] for g in chunked]
+
+
+def test_greedy_matches_model_generate(model, tok, prompts):
+    out = engine(model, tok).generate(prompts, SamplingParams(n=1, max_new_tokens=8, greedy=True))
+    batch = tok.pad([{"input_ids": p} for p in prompts], return_tensors="pt")
+    with torch.no_grad():
+        ref = model.generate(**batch, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert [g[0].token_ids for g in out] == ref[:, batch["input_ids"].shape[1] :].tolist()
+
+
+@pytest.fixture(scope="module")
+def eos_run(model, tok, prompts):
+    """Sampled rows on an EOS-biased model (temperature 0.7, top_p 0.9): rows stop at different steps."""
+    handle = model.lm_head.register_forward_hook(eos_bias_hook)
+    try:
+        params = SamplingParams(n=6, max_new_tokens=10, temperature=0.7, top_p=0.9, seed=11)
+        return engine(model, tok).generate(prompts, params), params
+    finally:
+        handle.remove()
+
+
+def test_eos_stops_a_row_and_nothing_follows(eos_run):
+    out, params = eos_run
+    samples = [s for g in out for s in g]
+    reasons = {s.finish_reason for s in samples}
+    assert reasons == {"stop", "length"}, reasons
+    for s in samples:
+        assert len(s.token_ids) == len(s.logprobs)
+        if s.finish_reason == "stop":
+            assert s.token_ids[-1] == EOS and EOS not in s.token_ids[:-1]
+        else:
+            assert len(s.token_ids) == params.max_new_tokens and EOS not in s.token_ids
+    assert len({len(s.token_ids) for s in samples}) >= 3  # rows really left the batch at different steps
+
+
+def test_sampler_logprobs_match_teacher_forced_forward(model, tok, prompts, eos_run):
+    """The rows here left the batch at different steps, so a wrong cache/row bookkeeping shows up as
+    log-probs of the wrong context. T = 0.7 and top_p = 0.9: the reported value is log_softmax(z / T)
+    of the raw logits, not the nucleus-renormalised one (which would be higher by ~log(1/0.9) ~ 0.1)."""
+    out, params = eos_run
+    model64 = copy.deepcopy(model).double()
+    hooks = [m.lm_head.register_forward_hook(eos_bias_hook) for m in (model, model64)]
+    try:
+        got, fp32, ref = [], [], []
+        for prompt, group in zip(prompts, out):
+            for s in group:
+                got.append(torch.tensor(s.logprobs, dtype=torch.float64))
+                fp32.append(teacher_forced_logprobs(model, prompt, s.token_ids, params.temperature))
+                ref.append(teacher_forced_logprobs(model64, prompt, s.token_ids, params.temperature))
+    finally:
+        for h in hooks:
+            h.remove()
+    # The cached, padded decode re-orders the same fp32 sums as the unpadded forward, so it lands
+    # within 2x of that forward's own error; atol 1e-6 is one fp32 ulp at |logp| ~ 11 (49k-way
+    # near-uniform). A top-p-renormalised or wrong-context value is off by > 1e-2.
+    assert_close_to_ref(torch.cat(got), torch.cat(fp32), torch.cat(ref), atol=1e-6)
+
+
+def test_generate_restores_training_mode_and_leaves_no_state(model, tok, prompts):
+    eng = engine(model, tok)
+    use_cache = model.config.use_cache
+    model.train()
+    model.model.layers[0].eval()  # a mixed state (e.g. a frozen block) comes back as it was
+    before = [m.training for m in model.modules()]
+    eng.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=3))
+    assert [m.training for m in model.modules()] == before and model.training
+    assert not model.model.layers[0].training
+    assert model.config.use_cache == use_cache and all(p.grad is None for p in model.parameters())
+    model.eval()
+    eng.generate(prompts[:1], SamplingParams(n=1, max_new_tokens=2))
+    assert not model.training
+    model.train()
+
+
+def test_too_long_prompt_is_rejected_not_truncated(model, tok, prompts):
+    eng = engine(model, tok)
+    too_long = [5] * (2048 - 4 + 1)
+    with pytest.raises(ValueError, match=r"prompt 1 has 2045 tokens.*limit is 2044"):
+        eng.generate([prompts[0], too_long], SamplingParams(n=1, max_new_tokens=4))
+    out = eng.generate([[5] * 2044], SamplingParams(n=1, max_new_tokens=4))  # exactly at the limit
+    assert len(out[0][0].token_ids) == 4
+    with pytest.raises(ValueError, match="n=2"):
+        eng.generate(prompts, SamplingParams(n=2, greedy=True))
+
+
+def test_bf16_model_samples_with_fp32_logprobs(model, tok, prompts):
+    model16 = copy.deepcopy(model).to(torch.bfloat16)
+    params = SamplingParams(n=2, max_new_tokens=4, seed=5)
+    out = engine(model16, tok).generate(prompts, params)
+    model64 = copy.deepcopy(model).double()
+    got, bf16, ref = [], [], []
+    for prompt, group in zip(prompts, out):
+        for s in group:
+            assert len(s.token_ids) == 4 and all(isinstance(x, float) for x in s.logprobs)
+            got.append(torch.tensor(s.logprobs, dtype=torch.float64))
+            bf16.append(teacher_forced_logprobs(model16, prompt, s.token_ids, params.temperature))
+            ref.append(teacher_forced_logprobs(model64, prompt, s.token_ids, params.temperature))
+    # bf16 logits round at ~4e-3 relative; the decode path rounds differently from the full forward
+    # but not worse: the same 2x rule, with the fp32 ulp as atol.
+    assert_close_to_ref(torch.cat(got), torch.cat(bf16), torch.cat(ref), atol=1e-6)
+
+
+def test_sample_tokens_inverse_cdf_top_p_and_reported_logprob():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log()[None].repeat(1000, 1)  # [L=1000, V=4]
+    u = (torch.arange(1000, dtype=torch.float64) + 0.5) / 1000  # a uniform grid: exact frequencies
+    tokens, lp = sample_tokens(logits, u, SamplingParams(temperature=1.0, top_p=1.0))
+    assert torch.bincount(tokens, minlength=4).tolist() == [500, 300, 150, 50]
+    assert torch.allclose(lp, probs.log()[tokens], atol=1e-6)
+    # top_p = 0.7 keeps {0, 1} (mass before token 1 is 0.5 < 0.7, before token 2 is 0.8 > 0.7),
+    # renormalised 5:3; the reported log-prob stays that of the full distribution.
+    tokens, lp = sample_tokens(logits, u, SamplingParams(temperature=1.0, top_p=0.7))
+    assert torch.bincount(tokens, minlength=4).tolist() == [625, 375, 0, 0]
+    assert torch.allclose(lp, probs.log()[tokens], atol=1e-6)
+    # temperature 0.5 squares the odds: p ~ [0.25, 0.09, 0.0225, 0.0025] / 0.365
+    tokens, lp = sample_tokens(logits, u, SamplingParams(temperature=0.5))
+    sharp = probs**2 / (probs**2).sum()
+    assert torch.allclose(lp, sharp.log()[tokens], atol=1e-6)
+    tokens, lp = sample_tokens(logits[:2], u[:2], SamplingParams(n=1, greedy=True))
+    assert tokens.tolist() == [0, 0] and torch.allclose(lp, probs.log()[:1].expand(2), atol=1e-6)
+
+
+def test_eos_ids_include_generation_config():
+    tok = SimpleNamespace(eos_token_id=2)
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[2, 17]))
+    assert eos_token_ids(tok, model) == {2, 17}
+    assert eos_token_ids(tok, SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=9))) == {2, 9}

@@ -1,0 +1,149 @@
+"""Triton kernels (K1 row kernel, K2 row kernel with in-kernel K0, logits-level op) against the
+float64 references. Without CUDA they run under the Triton interpreter (TRITON_INTERPRET=1, set
+here before triton is first imported), ~200x slower than torch, so the shapes are small but still
+cross every block boundary: V = 1,000 (one partial block) and 5,003 (three 2,048-wide blocks, the
+last partial), targets in the last block, and fewer programs than rows (grid-stride loop).
+"""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton", reason="triton is not installed (pip install triton)")
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no CUDA and TRITON_INTERPRET is not 1", allow_module_level=True)
+
+from mentor_fast.kernels import (  # noqa: E402
+    group_advantages,
+    grpo_loss,
+    grpo_loss_from_logits,
+    grpo_loss_from_logits_ref,
+    grpo_loss_ref,
+    token_logprob_stats,
+    token_logprobs_ref,
+)
+from mentor_fast.kernels.logprobs import logprob_rows_triton  # noqa: E402
+from mentor_fast.kernels.testing import assert_close_rule, make_batch, run_loss, tiny_atol  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _on(b):
+    return {k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in b.items()}
+
+
+def test_logprob_rows_kernel_matches_ref():
+    b = make_batch(41, 64, 5003, temperature=0.7)
+    st = token_logprob_stats(b["hidden"].float().to(DEV), b["weight"].float().to(DEV), b["targets"].to(DEV),
+                             0.7, backend="triton")
+    r64 = token_logprobs_ref(b["hidden"], b["weight"], b["targets"], 0.7)
+    r32 = token_logprobs_ref(b["hidden"].float(), b["weight"].float(), b["targets"], 0.7)
+    for name in ("logp", "lse", "entropy"):
+        ref = getattr(r64, name)
+        assert_close_rule(f"K1 {name}", getattr(st, name).cpu(), ref, getattr(r32, name),
+                          atol=tiny_atol(torch.float32, ref))
+
+
+def test_logprob_rows_kernel_reads_bf16_logits():
+    g = torch.Generator().manual_seed(2)
+    z = (torch.randn(37, 1000, generator=g) * 4).to(torch.bfloat16)
+    y = torch.randint(0, 1000, (37,), generator=g)
+    y[-1] = 999
+    st = logprob_rows_triton(z.to(DEV), y.to(DEV), inv_temp=1 / 0.9)
+    ref = torch.log_softmax(z.double() / 0.9, -1).gather(1, y[:, None])[:, 0]
+    assert (st.logp.cpu().double() - ref).abs().max() < 2e-5  # fp32 math on the exact bf16 values
+
+
+CASES = {
+    "temperature_dual_clip_k3": dict(temperature=0.7, dual_clip=3.0, beta=0.1, kl_estimator="k3"),
+    "entropy_bonus_is_k2": dict(entropy_coef=0.02, beta=0.05, kl_estimator="k2", is_cap=1.2),
+    "gspo_two_phase": dict(loss_type="gspo"),
+}
+
+
+def _kwargs(b, case):
+    kw = dict(CASES[case])
+    if "beta" in kw:
+        kw["ref_logp"] = b["ref_logp"]
+    if "is_cap" in kw:
+        kw["is_weights"] = torch.linspace(0.5, 1.6, b["targets"].numel(), device=b["targets"].device)
+    if kw.get("loss_type") == "gspo":
+        kw["seq_ids"] = b["seq_ids"]
+    return kw
+
+
+def _check(b, dtype, case, n_chunk):
+    fp64 = {**b, "hidden": b["hidden"].to(dtype).double(), "weight": b["weight"].to(dtype).double()}
+    r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64, **_kwargs(b, case))
+    same = dict(logits_dtype=torch.bfloat16) if dtype == torch.bfloat16 else {}
+    rs, dhs, dws = run_loss(grpo_loss_ref, b, dtype, **_kwargs(b, case), **same)
+    bd = _on(b)
+    out, dh, dw = run_loss(grpo_loss, bd, dtype, backend="triton", chunk_tokens=n_chunk, **_kwargs(bd, case))
+    assert_close_rule("loss", out.loss.cpu(), r64.loss, rs.loss, atol=tiny_atol(torch.float32, r64.loss))
+    assert_close_rule("logp", out.logp.cpu(), r64.logp, rs.logp, atol=tiny_atol(torch.float32, r64.logp))
+    assert_close_rule("dH", dh.cpu(), dh64, dhs, atol=tiny_atol(dtype, dh64))
+    assert_close_rule("dW", dw.cpu(), dw64, dws, atol=tiny_atol(dtype, dw64))
+    assert out.clip_frac_low.item() == pytest.approx(r64.clip_frac_low.item(), abs=1e-6)
+    if out.entropy is not None:
+        assert_close_rule("entropy", out.entropy.cpu(), r64.entropy, rs.entropy, atol=tiny_atol(torch.float32, r64.entropy))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_grpo_rows_kernel_fp32(case):
+    b = make_batch(53, 64, 1000, seed=11, temperature=CASES[case].get("temperature", 1.0))
+    _check(b, torch.float32, case, n_chunk=24)
+
+
+def test_grpo_rows_kernel_bf16_in_place_half_rows():
+    # bf16 dz is written into the first half of each fp32 logits row: crosses 3 blocks of V = 5003
+    b = make_batch(29, 72, 5003, seed=12, temperature=0.7)
+    _check(b, torch.bfloat16, "temperature_dual_clip_k3", n_chunk=16)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "batch", "rloo"])
+def test_advantages_inside_the_row_kernel(estimator):
+    b = make_batch(24, 64, 64, seqs=8, seed=13)  # V = 64: one block, so this checks K0 only
+    b["rewards"][4:8] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # group 1: one success in four
+    kw = dict(rewards=b["rewards"], seq_ids=b["seq_ids"], group_ids=b["group_ids"], adv_estimator=estimator)
+    bd = _on(dict(b, advantages=None))
+    out, dh, _ = run_loss(grpo_loss, bd, torch.float32, backend="triton",
+                          **{k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in kw.items()})
+    want = group_advantages(b["rewards"], b["group_ids"], estimator)[b["seq_ids"]]
+    assert torch.allclose(out.advantages.cpu(), want, atol=1e-5), (out.advantages, want)
+    assert (out.advantages.cpu()[b["seq_ids"] < 4] == 0).all()  # identical rewards -> exactly 0
+    ref, dh_ref, _ = run_loss(grpo_loss_ref, dict(b, advantages=want), torch.float32)
+    assert torch.allclose(dh.cpu(), dh_ref, atol=tiny_atol(torch.float32, dh_ref))
+    assert out.loss.item() == pytest.approx(ref.loss.item(), rel=1e-5, abs=1e-9)
+
+
+@pytest.mark.parametrize("dtype,inplace", [(torch.float32, True), (torch.bfloat16, False)])
+def test_logits_level_op(dtype, inplace):
+    b = make_batch(45, 64, 1000, seed=14, temperature=0.8)
+    logits64 = (b["hidden"] @ b["weight"].T).to(dtype).double().requires_grad_()
+    kw = dict(temperature=0.8, beta=0.1, ref_logp=b["ref_logp"], dual_clip=2.5)
+    args = (b["targets"], b["old_logp"], b["advantages"], b["token_weights"])
+    r64 = grpo_loss_from_logits_ref(logits64, *args, **kw)
+    r64.loss.backward()
+    lt = logits64.detach().to(dtype).requires_grad_()
+    rs = grpo_loss_from_logits_ref(lt, *args, **kw)
+    rs.loss.backward()
+    for backend in ("triton", "torch"):
+        z = logits64.detach().to(dtype).to(DEV).requires_grad_()
+        out = grpo_loss_from_logits(z, *(a.to(DEV) for a in args), backend=backend, inplace=inplace,
+                                    **{**kw, "ref_logp": b["ref_logp"].to(DEV)})
+        out.loss.backward()
+        if inplace:  # the logits buffer itself was overwritten with the gradient
+            assert torch.equal(z.detach(), z.grad)
+        assert_close_rule(f"{backend} dlogits", z.grad.cpu(), logits64.grad, lt.grad,
+                          atol=tiny_atol(dtype, logits64.grad))
+        assert_close_rule(f"{backend} logp", out.logp.cpu(), r64.logp, rs.logp,
+                          atol=tiny_atol(torch.float32, r64.logp))
+
+
+@pytest.mark.slow
+def test_grpo_rows_kernel_large_interpreter_shape():
+    b = make_batch(1030, 96, 5003, seed=15)
+    _check(b, torch.float32, "temperature_dual_clip_k3", n_chunk=512)
