@@ -13,6 +13,7 @@ benchmarks/results/kernels_cpu.jsonl; RESULTS.md summarises them. KERNEL_BENCH_R
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -57,6 +58,14 @@ def _hardware() -> dict:
                 liger_kernel=_version("liger-kernel"), python=platform.python_version())
 
 
+def _code_sha() -> str:
+    """Short hash of the kernel sources, so rows from different code versions can be told apart."""
+    h = hashlib.sha1()
+    for f in sorted((HERE.parent / "kernels").glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:10]
+
+
 def _peak_mem(variant: str) -> dict:
     cmd = [sys.executable, str(HERE / "kernel_peak_mem.py"), "--variant", variant]
     cmd += [f"--{k}={v}" for k, v in SHAPE.items()]
@@ -95,7 +104,8 @@ def test_kernel_step(benchmark, inputs, variant):
     row = dict(variant=variant, doc=(fn.__doc__ or "").strip().splitlines()[0], **SHAPE, dtype="float32",
                rounds=ROUNDS, median_s=round(median, 4), floor_median_s=round(statistics.median(floor_s), 4),
                ratio_to_floor=round(median / statistics.median(floor_s), 3),
-               **_peak_mem(variant), **_hardware(), time=time.strftime("%Y-%m-%dT%H:%M:%S"))
+               **_peak_mem(variant), **_hardware(), kernels_sha=_code_sha(),
+               time=time.strftime("%Y-%m-%dT%H:%M:%S"))
     benchmark.extra_info.update(row)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("a") as f:

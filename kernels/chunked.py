@@ -64,30 +64,34 @@ class LMHead:
         """M = P W [C, H] fp32."""
         return (p.to(self.w.dtype) @ self.w).to(_F32) if self.native else p @ self.w
 
-    def grads_from_probs(self, p, m, q, g, hs, targets, dw: torch.Tensor | None, need_dh: bool):
+    def grads_from_probs(self, p, m, q, g, hs, targets, dw: torch.Tensor | None, need_dh: bool,
+                         first: bool = False):
         """dH, dW from P (softmax of z / tau with the target entries zeroed), M = P W, q = 1 - p_y
-        and g = d loss / d logp (see the module doc)."""
+        and g = d loss / d logp (see the module doc). `first`: dw is uninitialised (overwrite it)."""
         dh = None
         if need_dh:
             dh = self.w[targets].to(_F32).mul_(q[:, None]).sub_(m).mul_(g[:, None] * self.inv_temp)
         if dw is not None:
             gh = hs.to(_F32) * (g[:, None] * self.inv_temp)  # g h / tau
-            if self.native:
-                self.grad_weight_(dw, p.to(self.w.dtype), gh.to(self.w.dtype).neg_())
-            else:
-                dw.addmm_(p.T, gh, alpha=-1.0)
-            dw.index_add_(0, targets, gh.mul_(q[:, None]))
+            self.grad_weight_(dw, p, gh, alpha=-1.0, first=first)
+            # index_put_ (accumulate): the CPU index_add_ along dim 0 took 120 ms here, this 11 ms
+            dw.index_put_((targets,), gh.mul_(q[:, None]), accumulate=True)
         return dh
 
-    def grad_weight_(self, dw: torch.Tensor, dz: torch.Tensor, hs: torch.Tensor) -> None:
-        """dw [V, H] fp32 += dz^T hs."""
+    def grad_weight_(self, dw: torch.Tensor, dz: torch.Tensor, hs: torch.Tensor, alpha: float = 1.0,
+                     first: bool = False) -> None:
+        """dw [V, H] fp32 (+)= alpha dz^T hs; `first` overwrites (dw comes from torch.empty: no
+        113 MB memset, and beta = 0 never reads the garbage)."""
+        beta = 0.0 if first else 1.0
         if not self.native:
-            dw.addmm_(dz.to(_F32).T, hs)
+            dw.addmm_(dz.to(_F32).T, hs.to(_F32), beta=beta, alpha=alpha)
             return
+        dz, hs = dz.to(self.w.dtype), hs.to(self.w.dtype)
         try:  # fp32 accumulation of a bf16 GEMM without a [V, H] temporary (torch >= 2.8, CUDA)
-            torch.addmm(dw, dz.T, hs, out_dtype=_F32, out=dw)
+            torch.addmm(dw, dz.T, hs, beta=beta, alpha=alpha, out_dtype=_F32, out=dw)
         except (TypeError, RuntimeError):
-            dw.add_(torch.mm(dz.T, hs, out_dtype=_F32))
+            upd = torch.mm(dz.T, hs, out_dtype=_F32).mul_(alpha)
+            dw.copy_(upd) if first else dw.add_(upd)
 
 
 def log_softmax_rows_(z: torch.Tensor, targets: torch.Tensor, inv_temp: float = 1.0):

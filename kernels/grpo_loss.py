@@ -50,7 +50,7 @@ class _Run:
         g_all = self._sequence_grads(h, w, c) if ((need_dh or need_dw) and self._seq_level) else None
         dh = torch.empty(n, h.shape[1], dtype=torch.float32 if not lm.native else h.dtype,
                          device=h.device) if need_dh else None
-        dw = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if need_dw else None
+        dw = torch.empty(w.shape, dtype=torch.float32, device=w.device) if need_dw else None  # 1st chunk: beta=0
         logps, ents, advs, self.token_losses = [], [], [], []
         for s in range(0, n, c):
             hs = lm.rows(h[s:s + c])
@@ -58,6 +58,8 @@ class _Run:
             logps.append(logp), ents.append(ent), advs.append(adv)
             if need_dh:
                 dh[s:s + c] = dh_c
+        if dw is not None and n == 0:
+            dw.zero_()
         cat = lambda xs: None if (not xs or xs[0] is None) else torch.cat(xs)  # noqa: E731
         logp = cat(logps) if logps else h.new_zeros(0, dtype=torch.float32)
         if self.fused_adv is not None and advs and advs[0] is not None:
@@ -89,7 +91,7 @@ class _Run:
                                                      need_grad=need_grad, g_given=g_given, row0=s,
                                                      fused_adv=self.fused_adv, dz_dtype=self.dz_dtype)
             self.token_losses.append(tok)  # w_t l_t from the row kernel itself
-            return logp, ent, adv, self._dz_gemms(lm, dz, hs, need_dh, dw)
+            return logp, ent, adv, self._dz_gemms(lm, dz, hs, need_dh, dw, s == 0)
         logp, lse = log_softmax_rows_(z, y, lm.inv_temp)  # z := log-probs
         if not need_grad:
             return logp, entropy_rows(z) if opts.need_entropy else None, None, None
@@ -99,7 +101,7 @@ class _Run:
             dz = dz_with_entropy_(z, y, g, ent, opts.entropy_coef * t.weights)
             if lm.inv_temp != 1.0:  # d/d(raw z) = d/d(z / tau) / tau
                 dz.mul_(lm.inv_temp)
-            return logp, ent, None, self._dz_gemms(lm, lm.grad_dtype(dz), hs, need_dh, dw)
+            return logp, ent, None, self._dz_gemms(lm, lm.grad_dtype(dz), hs, need_dh, dw, s == 0)
         p = z.exp_()  # z := softmax; dz = g (onehot - p) is never formed (chunked.py module doc)
         p.scatter_(1, y[:, None], 0.0)
         m = lm.probs_w(p) if (need_dh or opts.need_entropy) else None
@@ -108,12 +110,12 @@ class _Run:
             zy = logp + lse
             ent = lse - torch.linalg.vecdot(hs.to(torch.float32), m) * lm.inv_temp - torch.exp(logp) * zy
         q = -torch.expm1(logp)
-        return logp, ent, None, lm.grads_from_probs(p, m, q, g, hs, y, dw, need_dh)
+        return logp, ent, None, lm.grads_from_probs(p, m, q, g, hs, y, dw, need_dh, first=s == 0)
 
     @staticmethod
-    def _dz_gemms(lm: LMHead, dz, hs, need_dh, dw):
+    def _dz_gemms(lm: LMHead, dz, hs, need_dh, dw, first):
         if dw is not None:
-            lm.grad_weight_(dw, dz, hs)
+            lm.grad_weight_(dw, dz, hs, first=first)
         return lm.grad_hidden(dz) if need_dh else None
 
 

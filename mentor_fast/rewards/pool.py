@@ -200,7 +200,13 @@ class MathVerifierPool:
     def _worker_died(self, w: _Worker, results: list[Verdict | None]) -> None:
         if not w.ready:
             w.proc.join()
-            raise VerifierPoolError(f"a verifier worker exited during start (exit code {w.proc.exitcode})")
+            code = w.proc.exitcode
+            # Killed by a signal (OOM killer, an outside kill) while importing: start another. An
+            # ordinary exit during start is a broken environment (e.g. math-verify missing): stop.
+            if code is None or code >= 0 or self.counters.restarts >= 10 * max(1, len(self._pool)):
+                raise VerifierPoolError(f"a verifier worker exited during start (exit code {code})")
+            self._replace(w)
+            return
         if w.task is not None:
             w.proc.join(5.0)
             code = w.proc.exitcode
