@@ -15,7 +15,7 @@ V vocabulary.
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import DynamicCache
 
 from mentor_fast.config import RolloutConfig
 from mentor_fast.rollout.base import EngineError, SamplingParams
@@ -30,44 +30,6 @@ def row_seed(seed: int, prompt_index: int, sample_index: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
     return (x ^ (x >> 31)) >> 1
-
-
-class _PreallocatedLayer(DynamicLayer):
-    """A KV-cache layer with room for the whole chunk: writes in place instead of `torch.cat`.
-
-    DynamicLayer re-copies the full cache every decode step (O(T^2) bytes moved); at 32 rows x
-    30 layers x ~200 positions that copy costs about as much as the forward itself on a CPU.
-    """
-
-    def __init__(self, capacity: int):
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        b, h, _, d = key_states.shape
-        self._k = key_states.new_empty(b, h, self.capacity, d)
-        self._v = value_states.new_empty(b, value_states.shape[1], self.capacity, value_states.shape[-1])
-        self.is_initialized = True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
 
 def sample_tokens(
@@ -178,7 +140,7 @@ class HFEngine:
                     "the engine does not truncate."
                 )
 
-    def _prefill(self, prompts: list[list[int]], uniq: list[int], capacity: int):
+    def _prefill(self, prompts: list[list[int]], uniq: list[int]):
         """Left-padded forward over the chunk's distinct prompts -> (cache, mask [U, T], logits [U, V])."""
         model = self._model
         device = next(model.parameters()).device
@@ -190,8 +152,9 @@ class HFEngine:
             mask[r, t - len(prompts[i]) :] = 1
         ids, mask = ids.to(device), mask.to(device)
         position_ids = (mask.cumsum(-1) - 1).clamp_(min=0)
-        layers = model.config.get_text_config().num_hidden_layers
-        cache = Cache(layers=[_PreallocatedLayer(t + capacity) for _ in range(layers)])
+        # DynamicCache picks each layer's kind from the config (full or sliding-window attention).
+        # A cache preallocated for the whole chunk measured only ~2-5% faster here; not worth owning.
+        cache = DynamicCache(config=model.config)
         logits = model(
             input_ids=ids, attention_mask=mask, position_ids=position_ids,
             past_key_values=cache, use_cache=True, logits_to_keep=1,
@@ -202,7 +165,7 @@ class HFEngine:
         """Decode S sequences (prompt index, sample index); finished rows leave the batch."""
         model = self._model
         uniq = list(dict.fromkeys(i for i, _ in chunk))
-        cache, mask, logits = self._prefill(prompts, uniq, params.max_new_tokens)
+        cache, mask, logits = self._prefill(prompts, uniq)
         device = mask.device
         expand = torch.tensor([uniq.index(i) for i, _ in chunk], device=device)  # [S] -> prompt row
         cache.batch_select_indices(expand)
