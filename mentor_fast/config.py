@@ -124,7 +124,7 @@ class AdvantageConfig:
 
 @dataclass
 class LossConfig:
-    impl: Literal["reference", "fused"] = "reference"
+    impl: Literal["reference", "fused"] = "fused"
     """reference: plain torch on materialised logits (the vanilla baseline); fused: the chunked
     kernels in mentor_fast.kernels that never build [N, V] logits."""
     aggregation: Literal[
@@ -176,7 +176,7 @@ class TrainerConfig:
     """Passes over each rollout batch."""
     mini_batches: int = 1
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
-    micro_batch_tokens: int = 8192
+    micro_batch_tokens: int = 2048
     """Token budget (prompt + completion, padded) per forward/backward micro-batch."""
     log_every: int = 1
     """Steps between metric rows."""
