@@ -94,17 +94,19 @@ def rows(x, device, args, out):
     """(name, fn, flops) rows of the comparison."""
     n, h, v = args.n, args.h, args.v
     nhv = 2.0 * n * h * v
-    logits = (x["hidden"] @ x["weight"].T) if (device.type == "cuda" or n * v <= 2**26) else None
+    logits = None
+    if device.type == "cuda" or n * v <= 2**26:  # requires grad, so the op computes the gradient
+        logits = (x["hidden"] @ x["weight"].T).requires_grad_()
     lw = (x["targets"], x["old_logp"], x["advantages"], x["token_weights"])
 
     def k1():
         return token_logprobs(x["hidden"], x["weight"], x["targets"])
 
-    def row_kernel():  # logits-level op, gradient written in place into the bf16 logits
+    def row_kernel():  # logits-level op: the forward writes d loss / d logits in place (no backward call)
         return grpo_loss_from_logits(logits, *lw, eps_low=EPS_LOW, eps_high=EPS_HIGH, inplace=True).loss
 
     if logits is not None:
-        copy_src, copy_dst = logits, torch.empty_like(logits)
+        copy_src, copy_dst = logits.detach(), torch.empty_like(logits, requires_grad=False)
         t = time_fn(lambda: copy_dst.copy_(copy_src), device, args.iters, 3)
         out["copy_GBps"] = 2 * logits.numel() * logits.element_size() / (t["median_ms"] * 1e6)
         del copy_dst

@@ -50,3 +50,23 @@ class RolloutEngine(Protocol):
 
 class EngineError(RuntimeError):
     """A rollout engine failed in a way the run cannot continue from (weight sync, start-up)."""
+
+
+def check_request(prompts: list[list[int]], params: SamplingParams, max_context_tokens: int) -> None:
+    """Shared request validation: engines never truncate a prompt or silently change n."""
+    if params.n < 1:
+        raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+    if params.greedy and params.n != 1:
+        raise ValueError(f"greedy decoding gives one sample per prompt; got n={params.n}")
+    if not params.greedy and not (params.temperature > 0 and 0 < params.top_p <= 1):
+        raise ValueError(f"need temperature > 0 and top_p in (0, 1]; got {params}")
+    limit = max_context_tokens - params.max_new_tokens
+    for i, p in enumerate(prompts):
+        if not p:
+            raise ValueError(f"prompt {i} is empty")
+        if len(p) > limit:
+            raise ValueError(
+                f"prompt {i} has {len(p)} tokens; with max_new_tokens={params.max_new_tokens} the "
+                f"limit is {limit} (max_context_tokens={max_context_tokens}). Drop or shorten it; "
+                "the engine does not truncate."
+            )

@@ -18,7 +18,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from mentor_fast.config import RolloutConfig
-from mentor_fast.rollout.base import EngineError, SamplingParams
+from mentor_fast.rollout.base import EngineError, SamplingParams, check_request
 from mentor_fast.types import Sample
 
 _MASK64 = (1 << 64) - 1
@@ -123,22 +123,7 @@ class HFEngine:
     def _check(self, prompts: list[list[int]], params: SamplingParams) -> None:
         if self._model is None:
             raise EngineError("HFEngine.generate after close()")
-        if params.n < 1:
-            raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
-        if params.greedy and params.n != 1:
-            raise ValueError(f"greedy decoding gives one sample per prompt; got n={params.n}")
-        if not params.greedy and not (params.temperature > 0 and 0 < params.top_p <= 1):
-            raise ValueError(f"need temperature > 0 and top_p in (0, 1]; got {params}")
-        limit = self.max_context_tokens - params.max_new_tokens
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"prompt {i} is empty")
-            if len(p) > limit:
-                raise ValueError(
-                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={params.max_new_tokens} the "
-                    f"limit is {limit} (max_context_tokens={self.max_context_tokens}). Drop or shorten it; "
-                    "the engine does not truncate."
-                )
+        check_request(prompts, params, self.max_context_tokens)
 
     def _prefill(self, prompts: list[list[int]], uniq: list[int]):
         """Left-padded forward over the chunk's distinct prompts -> (cache, mask [U, T], logits [U, V])."""

@@ -44,7 +44,7 @@ from types import SimpleNamespace
 import torch
 
 from mentor_fast.config import RolloutConfig
-from mentor_fast.rollout.base import EngineError, SamplingParams
+from mentor_fast.rollout.base import EngineError, SamplingParams, check_request
 from mentor_fast.rollout.hf import eos_token_ids, row_seed
 from mentor_fast.types import Sample
 
@@ -312,26 +312,11 @@ class VLLMEngine:
         return self._llm
 
     def _check(self, prompts: list[list[int]], params: SamplingParams) -> None:
-        if params.n < 1:
-            raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
-        if params.greedy and params.n != 1:
-            raise ValueError(f"greedy decoding gives one sample per prompt; got n={params.n}")
-        if not params.greedy and not (params.temperature > 0 and 0 < params.top_p <= 1):
-            raise ValueError(f"need temperature > 0 and top_p in (0, 1]; got {params}")
+        check_request(prompts, params, self._max_len)
         if not params.greedy and params.top_p < 1 and not self._warned_top_p:
             self._warned_top_p = True
             log.warning("top_p=%s < 1: vLLM reports log-probs renormalised over the nucleus; they "
                         "exceed the trainer's log_softmax(logits/T) by -log(kept mass)", params.top_p)
-        limit = self._max_len - params.max_new_tokens
-        for i, p in enumerate(prompts):
-            if not p:
-                raise ValueError(f"prompt {i} is empty")
-            if len(p) > limit:
-                raise ValueError(
-                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={params.max_new_tokens} the "
-                    f"limit is {limit} (max_context_tokens={self._max_len}). Drop or shorten it; "
-                    "the engine does not truncate."
-                )
 
     def _sampling_params(self, params: SamplingParams, prompt_index: int):
         from vllm import SamplingParams as VllmSamplingParams
