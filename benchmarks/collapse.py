@@ -3,12 +3,14 @@
 
     .venv/bin/python benchmarks/collapse.py --seeds 1 --out runs/collapse
 
-Per seed: (1) a shared warm-up on the easy ladder levels (vanilla GRPO; the mentor has nothing to do
-there), saved as the common start; (2) from that start, the same number of post-jump steps on the
-jumped level for vanilla GRPO and for MENTOR (same seed, so the same prompts and sampling seeds for
-the initial rollouts); (3) both final policies are evaluated on held-out problems of the jumped
-level without hints. Writes DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}}
-and DIR/collapse.png (the initial-rollout all-fail fraction against the step, both arms).
+Per seed: (0) a short supervised warm-up on worked solutions of the easy levels (see sft_warmup:
+the embedded model cannot do the ladder at all without it); (1) a shared GRPO warm-up on the easy
+levels (vanilla GRPO; the mentor has nothing to do there), saved as the common start; (2) from
+that start, the same number of post-jump steps on the jumped level for vanilla GRPO and for
+MENTOR (same seed, so the same prompts and sampling seeds for the initial rollouts); (3) both
+final policies are evaluated on held-out problems of the jumped level without hints. Writes
+DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/collapse.png
+(the initial-rollout all-fail fraction against the step, both arms).
 
 post_jump_all_fail_frac: mean over post-jump steps of the fraction of groups whose *initial*,
 unhinted rollouts all fail (MENTOR's re-rolls never enter it). heldout_acc_no_hint: sampled
@@ -40,6 +42,53 @@ def _common(args, out: Path, seed: int) -> list[str]:
 def train(overrides: list[str]) -> Path:
     cfg = load_config([], overrides)
     return Trainer(cfg).fit()
+
+
+def sft_warmup(args, out: Path, seed: int) -> Path:
+    """A short supervised start on worked solutions of the easy levels, saved as an HF folder.
+
+    SmolLM2-135M-Instruct solves almost none of the ladder out of the box (measured:
+    `mentor-fast eval --levels 1,2,3,4 --n 4 --k 1 --greedy --limit 24 rollout.max_new_tokens=96`
+    gives sampled pass@1 0.02 and greedy 0.00 over levels 1-4, level 1 included), and a collapse
+    needs a working regime to collapse from. Targets are the ladder's own worked steps and a boxed
+    answer; problems come from a different seed than the GRPO steps. Both arms start after it."""
+    import torch
+
+    from mentor_fast.data import PromptBuilder, build_source
+    from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(2)
+    path = resolve_model_path(args.model)
+    tok, model = load_tokenizer(path), load_policy(path)
+    model.train()
+    cfg = load_config([], [f"data.levels=[{args.easy_levels}]"])
+    builder = PromptBuilder.from_config(tok, cfg.data)
+    source = build_source(cfg.data, seed + 1000)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.sft_lr)
+    for step in range(1, args.sft_steps + 1):
+        rows = []
+        for p in source.batch(step, args.sft_batch):
+            target = "\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}."
+            rows.append((builder.encode(p), tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]))
+        width = max(len(a) + len(b) for a, b in rows)
+        ids = torch.full((len(rows), width), tok.pad_token_id)
+        labels = torch.full((len(rows), width), -100)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, (prompt, comp) in enumerate(rows):
+            n = len(prompt) + len(comp)
+            ids[r, :n] = torch.tensor(prompt + comp)
+            labels[r, len(prompt) : n] = torch.tensor(comp)  # the loss sees only the answer
+            mask[r, :n] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        print(f"sft step {step}/{args.sft_steps}: loss {loss.item():.3f}", flush=True)
+    model.save_pretrained(out / "policy")
+    tok.save_pretrained(out / "policy")
+    return out / "policy"
 
 
 def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
@@ -123,6 +172,9 @@ def main() -> None:
     p.add_argument("--mentor-async", default="true")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
+    p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
+    p.add_argument("--sft-batch", type=int, default=16)
+    p.add_argument("--sft-lr", type=float, default=3e-5)
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -130,8 +182,9 @@ def main() -> None:
     pre_rows: list[dict] = []
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
+        start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
         pre = train(_common(args, base / "warmup", seed) + [
-            f"model.path={args.model}", f"data.levels=[{args.easy_levels}]", f"trainer.max_steps={args.pre_steps}"])
+            f"model.path={start_model}", f"data.levels=[{args.easy_levels}]", f"trainer.max_steps={args.pre_steps}"])
         start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
         pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
         arms = {

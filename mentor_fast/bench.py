@@ -21,14 +21,23 @@ import tempfile
 import time
 from pathlib import Path
 
+# "Full" variants compute every sequence, as TRL does (trainer.skip_zero_advantage=false): the
+# compute-matched comparison. "default_fp32" is what a user gets: it also skips the forward and
+# backward of zero-advantage sequences, so its update time depends on how many groups are uniform.
+FULL = ["trainer.skip_zero_advantage=false"]
 VARIANTS: dict[str, list[str]] = {
-    "reference_fp32": ["loss.impl=reference"],
-    "fused_fp32": ["loss.impl=fused"],
-    "reference_bf16": ["loss.impl=reference", "model.autocast_bf16=true"],
-    "fused_bf16": ["loss.impl=fused", "model.autocast_bf16=true"],
-    "mentor_async_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=true"],
-    "mentor_sync_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=false"],
+    "vanilla_fp32": ["loss.impl=reference", "trainer.shared_prompt_forward=false", *FULL],
+    "reference_fp32": ["loss.impl=reference", *FULL],
+    "fused_fp32": ["loss.impl=fused", *FULL],
+    "default_fp32": [],
+    "reference_bf16": ["loss.impl=reference", "model.autocast_bf16=true", *FULL],
+    "fused_bf16": ["loss.impl=fused", "model.autocast_bf16=true", *FULL],
+    "mentor_async_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=true", *FULL],
+    "mentor_sync_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=false", *FULL],
 }
+# TRL's GRPOTrainer through the anchor script (../shared/bench/trl_grpo_cpu.py, run from its own
+# virtualenv with --trl-python/--trl-script), alternated with ours on the same machine state.
+TRL_VARIANTS: dict[str, list[str]] = {"trl_fp32_gc": [], "trl_fp32": ["--no-gc"], "trl_bf16_gc": ["--bf16"]}
 
 BASE = [
     "model.path=smollm2-135m-instruct",
@@ -93,6 +102,40 @@ def run_one(variant: str, steps: int, extra: list[str]) -> dict:
             "overrides": VARIANTS[variant] + extra}
 
 
+def run_child(name: str, args) -> dict:
+    cmd = [sys.executable, "-m", "mentor_fast.bench", "--one", name, "--steps", str(args.steps), *args.overrides]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"bench variant {name} failed (exit {proc.returncode})")
+    return json.loads(line[len("RESULT "):])
+
+
+def run_trl(name: str, args) -> dict:
+    """The anchor script on the same model folder and step count; its per-step JSON mapped to our keys
+    (gen = HF generate, update = policy forward + backward + optimizer step)."""
+    from mentor_fast.models import resolve_model_path
+
+    with tempfile.TemporaryDirectory(prefix="mf-trl-") as tmp:
+        cmd = [args.trl_python, args.trl_script, "--model", str(resolve_model_path("smollm2-135m-instruct")),
+               "--out", tmp, "--name", name, "--max-steps", str(args.steps), *TRL_VARIANTS[name]]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="2")
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        result = Path(tmp) / f"{name}.json"
+        if proc.returncode != 0 or not result.is_file():
+            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"TRL variant {name} failed (exit {proc.returncode})")
+        raw = json.loads(result.read_text())
+    steps = [{"timing_s/step": s["wall_s"], "timing_s/gen": s["generate_s"], "timing_s/reward": s["reward_s"],
+              "timing_s/update": s["train_s"], "perf/tokens_per_s": s["step_tok_per_s"],
+              "batch/tokens": float(s["completion_tokens"])} for s in raw["steps"]]
+    rest = steps[1:] if len(steps) > 1 else steps
+    return {"variant": name, "steps": steps, "peak_rss_gb": raw["ru_maxrss_mb"] / 1024,
+            "median_excl_first": {k: statistics.median(r[k] for r in rest) for k in rest[0]},
+            "overrides": TRL_VARIANTS[name], "trl_versions": raw["versions"], "trl_config": raw["config"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mentor-fast bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--repeats", type=int, default=1, help="alternating rounds over the variants")
     p.add_argument("--out", default="benchmarks/results/step_cpu.jsonl", help="JSONL file rows are appended to")
+    p.add_argument("--trl-python", help="python of a virtualenv with trl installed (for the trl_* variants)")
+    p.add_argument("--trl-script", help="path of the TRL anchor script trl_grpo_cpu.py")
     p.add_argument("--one", help=argparse.SUPPRESS)  # child-process entry
     p.add_argument("overrides", nargs="*", help="extra key=value overrides for every variant")
     args = p.parse_args(argv)
@@ -108,32 +153,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     names = args.variants.split(",")
-    unknown = [n for n in names if n not in VARIANTS]
+    unknown = [n for n in names if n not in VARIANTS and n not in TRL_VARIANTS]
     if unknown:
-        p.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+        p.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS) + list(TRL_VARIANTS)}")
+    if any(n in TRL_VARIANTS for n in names) and not (args.trl_python and args.trl_script):
+        p.error("TRL variants need --trl-python (its virtualenv's python) and --trl-script (trl_grpo_cpu.py)")
     info = versions()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    results = []
     for rep in range(args.repeats):
         for name in names:
-            cmd = [sys.executable, "-m", "mentor_fast.bench", "--one", name, "--steps", str(args.steps), *args.overrides]
             t0 = time.time()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            if proc.returncode != 0 or line is None:
-                print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
-                raise SystemExit(f"bench variant {name} failed (exit {proc.returncode})")
-            res = json.loads(line[len("RESULT "):])
+            res = run_trl(name, args) if name in TRL_VARIANTS else run_child(name, args)
             res.update(repeat=rep, wall_s=time.time() - t0, versions=info,
                        date=time.strftime("%Y-%m-%d %H:%M:%S"), loadavg=os.getloadavg())
-            results.append(res)
             with out.open("a") as f:
                 f.write(json.dumps(res) + "\n")
             m = res["median_excl_first"]
-            print(f"{name:28s} rep {rep}: step {m.get('timing_s/step', 0):6.1f}s  gen {m.get('timing_s/gen', 0):5.1f}s  "
-                  f"old_logprob {m.get('timing_s/old_logprob', 0):4.1f}s  update {m.get('timing_s/update', 0):5.1f}s  "
-                  f"tok/s {m.get('perf/tokens_per_s', 0):6.1f}  peak RSS {res['peak_rss_gb']:.2f} GB", flush=True)
+            print(f"{name:24s} rep {rep}: step {m.get('timing_s/step', 0):6.1f}s  gen {m.get('timing_s/gen', 0):5.1f}s  "
+                  f"update {m.get('timing_s/update', 0):5.1f}s  tok/s {m.get('perf/tokens_per_s', 0):5.1f}  "
+                  f"peak RSS {res['peak_rss_gb']:.2f} GB  acc {m.get('acc', 0):.3f}", flush=True)
     return 0
 
 

@@ -250,7 +250,7 @@ class Trainer:
         t0 = time.perf_counter()
         old_logp = None
         if cfg.trainer.ppo_epochs > 1 or cfg.trainer.mini_batches > 1:
-            old_logp = self.updater.logprobs(self.model, batch, list(range(batch.num_seqs)))
+            old_logp = self.updater.logprobs(self.model, batch, self.updater.trainable(batch))
         metrics["timing_s/old_logprob"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -275,6 +275,8 @@ class Trainer:
         try:
             for step in range(self.start_step + 1, cfg.trainer.max_steps + 1):
                 row = self.step(step)
+                if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0:
+                    row.update(self.evaluate(step))
                 if step % cfg.trainer.log_every == 0 or step == cfg.trainer.max_steps:
                     logger.log(step, row)
                 if cfg.trainer.save_every and step % cfg.trainer.save_every == 0:
@@ -287,6 +289,21 @@ class Trainer:
             self.close()
         write_report(self.out / "metrics.jsonl", self.out / "report.png", title=str(self.out.name))
         return self.out
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Held-out sampled pass@1 of the current policy, prompts without hints (trainer.eval_every)."""
+        from mentor_fast.evaluate import evaluate
+
+        t0 = time.perf_counter()
+        r = self.cfg.rollout
+        summary = evaluate(
+            self.engine, self.builder, self.scorer.verifier.verify_batch, self.source.eval_problems(),
+            n=self.cfg.trainer.eval_n, ks=[1], temperature=r.temperature, top_p=r.top_p,
+            max_new_tokens=r.max_new_tokens, seed=sampling_seed(self.cfg.seed, step, 2),
+            out_jsonl=self.out / "eval" / f"step_{step:06d}.jsonl",
+        )
+        return {"eval/pass@1": summary["pass@1"], "eval/truncated_frac": summary["truncated_frac"],
+                "eval/count": float(summary["count"]), "timing_s/eval": time.perf_counter() - t0}
 
     def close(self) -> None:
         if self._mentor_pool is not None:

@@ -4,6 +4,14 @@ Only completion positions reach the LM head: the decoder runs over prompt + comp
 hidden states that predict completion tokens are gathered into [N, H] (no padding rows) and handed
 to the loss, either the plain-torch reference (materialised [N, V] logits, the vanilla baseline)
 or the fused kernels (never builds [N, V]).
+
+Two exact savings (both on by default, both off-switchable in TrainerConfig):
+- shared prompts: a group's G rows share one prompt, so each distinct prompt of a micro-batch runs
+  through the decoder once and the G completions attend to its keys/values (gradients flow back
+  through them), instead of G copies of the prompt forward and backward;
+- zero-advantage sequences (all-fail and all-pass groups) are skipped when beta = 0 and there is
+  no entropy bonus: every term of their loss is A * (...) = 0, so their gradient is exactly 0.
+  They keep their place in the aggregation's normaliser, so the update does not change.
 """
 
 from __future__ import annotations
@@ -14,7 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mentor_fast.algo.batch import TrainBatch, plan_micro_batches, split_mini_batches
+from transformers.cache_utils import DynamicCache
+
+from mentor_fast.algo.batch import TrainBatch, plan_micro_batches, plan_shared_micro_batches, split_mini_batches
 from mentor_fast.algo.loss import logp_and_entropy_ref, policy_loss, sequence_token_weights
 from mentor_fast.config import LossConfig, OptimConfig, TrainerConfig
 
@@ -71,6 +81,12 @@ class PolicyUpdater:
         self.autocast_bf16 = autocast_bf16
         self.ref_model = ref_model
         self.generator = torch.Generator().manual_seed(seed)
+        # The prompt keys/values are passed between two decoder calls, which HF's gradient
+        # checkpointing does not allow (it drops the cache): fall back to full rows there.
+        self.share_prompts = trainer_cfg.shared_prompt_forward and not getattr(
+            model, "is_gradient_checkpointing", False)
+        self.skip_zero_advantage = (trainer_cfg.skip_zero_advantage and loss_cfg.beta == 0
+                                    and loss_cfg.entropy_coef == 0 and loss_cfg.aggregation != "token_mean_micro")
         self._fused = None
         if loss_cfg.impl == "fused":
             from mentor_fast.kernels import grpo_loss  # the kernels package has no heavy imports
@@ -83,7 +99,68 @@ class PolicyUpdater:
             return torch.autocast("cpu" if not torch.cuda.is_available() else "cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def _plan(self, batch: TrainBatch, seqs: list[int]) -> list[list[int]]:
+        budget = self.trainer_cfg.micro_batch_tokens
+        if self.share_prompts:
+            return plan_shared_micro_batches(batch.prompt_index, batch.prompt_lens.tolist(),
+                                             batch.completion_lens.tolist(), seqs, budget)
+        return plan_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
+
     def _hidden(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> MicroBatch:
+        if self.share_prompts and len({batch.prompt_index[i] for i in seqs}) < len(seqs):
+            return self._hidden_shared(model, batch, seqs)
+        return self._hidden_rows(model, batch, seqs)
+
+    def _hidden_shared(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> MicroBatch:
+        """Each distinct prompt once ([U, P], right-padded), then the completions ([S, C]) on top of
+        their prompt's keys/values, repeated per row. Right padding keeps every query row with at
+        least one visible key (a fully masked sdpa row is NaN, and 0 * NaN poisons the weight
+        gradients); the mask hides the pads and the positions continue from each prompt's length."""
+        device = next(model.parameters()).device
+        uniq = list(dict.fromkeys(batch.prompt_index[i] for i in seqs))
+        first = {u: next(i for i in seqs if batch.prompt_index[i] == u) for u in uniq}
+        plens = [int(batch.prompt_lens[first[u]]) for u in uniq]
+        clens = [int(batch.completion_lens[i]) for i in seqs]
+        p_width, c_width = max(plens), max(max(clens) - 1, 1)  # the last completion token is never an input
+        p_ids = torch.full((len(uniq), p_width), self.pad_id, dtype=torch.long)
+        p_mask = torch.zeros((len(uniq), p_width), dtype=torch.long)
+        for r, (u, p) in enumerate(zip(uniq, plens)):
+            p_ids[r, :p] = torch.tensor(batch.input_ids[first[u]][:p])
+            p_mask[r, :p] = 1
+        row_of = {u: r for r, u in enumerate(uniq)}
+        expand = torch.tensor([row_of[batch.prompt_index[i]] for i in seqs])  # [S] -> prompt row
+        c_ids = torch.full((len(seqs), c_width), self.pad_id, dtype=torch.long)
+        c_mask = torch.zeros((len(seqs), c_width), dtype=torch.long)
+        targets, flat_idx, seq_index = [], [], []
+        prompt_part = len(uniq) * p_width  # flat hidden = [prompt rows U*P | completion rows S*C]
+        for j, (i, c) in enumerate(zip(seqs, clens)):
+            p = int(batch.prompt_lens[i])
+            comp = batch.input_ids[i][p:]
+            c_ids[j, : c - 1] = torch.tensor(comp[: c - 1], dtype=torch.long)
+            c_mask[j, : c - 1] = 1
+            targets.extend(comp)
+            # token 0 is predicted by the prompt's last position, token k by completion input k-1
+            flat_idx.append(int(expand[j]) * p_width + p - 1)
+            flat_idx.extend(prompt_part + j * c_width + k for k in range(c - 1))
+            seq_index.extend([j] * c)
+        p_ids, p_mask, c_ids, c_mask, expand = (t.to(device) for t in (p_ids, p_mask, c_ids, c_mask, expand))
+        decoder = model.get_decoder()
+        cache = DynamicCache(config=model.config)
+        with self._autocast():
+            h_prompt = decoder(input_ids=p_ids, attention_mask=p_mask, past_key_values=cache,
+                               use_cache=True).last_hidden_state  # [U, P, H]
+            cache.batch_select_indices(expand)  # differentiable: gradients reach the prompt pass
+            p_len = torch.tensor([int(batch.prompt_lens[i]) for i in seqs], device=device)
+            positions = p_len[:, None] + torch.arange(c_width, device=device)  # [S, C]
+            h_comp = decoder(input_ids=c_ids, attention_mask=torch.cat([p_mask[expand], c_mask], 1),
+                             position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+        hidden = torch.cat([h_prompt.reshape(-1, h_prompt.shape[-1]), h_comp.reshape(-1, h_comp.shape[-1])])
+        idx = torch.tensor(flat_idx, dtype=torch.long, device=device)
+        return MicroBatch(hidden[idx], torch.tensor(targets, dtype=torch.long, device=device),
+                          torch.tensor(seq_index, device=device), seqs)
+
+    def _hidden_rows(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> MicroBatch:
+        """Full rows (prompt + completion, right-padded) through the decoder."""
         device = next(model.parameters()).device
         rows = [batch.input_ids[i] for i in seqs]
         width = max(len(r) for r in rows)
@@ -118,8 +195,7 @@ class PolicyUpdater:
     def logprobs(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> dict[int, torch.Tensor]:
         """No-grad per-sequence completion log-probs in each sequence's own context."""
         out = {}
-        lengths = [len(x) for x in batch.input_ids]
-        for plan in plan_micro_batches(lengths, seqs, self.trainer_cfg.micro_batch_tokens):
+        for plan in self._plan(batch, seqs):
             mb = self._hidden(model, batch, plan)
             if self._fused is not None:
                 from mentor_fast.kernels import token_logprobs
@@ -145,23 +221,34 @@ class PolicyUpdater:
         cfg = self.loss_cfg
         sums: dict[str, torch.Tensor] = {}
         grad_norms = []
-        lengths = [len(x) for x in batch.input_ids]
         stale = batch.policy_versions < current_version
+        computed = set(self.trainable(batch))
         for _epoch in range(self.trainer_cfg.ppo_epochs):
             for mini in split_mini_batches(batch.num_seqs, self.trainer_cfg.mini_batches, self.generator):
+                # the weights see the whole mini-batch, skipped sequences included
                 seq_w = sequence_token_weights(batch.completion_lens[mini], cfg.aggregation, self.max_new_tokens)
                 weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
-                plans = plan_micro_batches(lengths, mini, self.trainer_cfg.micro_batch_tokens)
+                plans = self._plan(batch, [i for i in mini if i in computed])
                 for plan in plans:
                     _accumulate(sums, self._micro_step(batch, plan, weight_of, old_logp, stale, len(plans)))
                 grad_norms.append(self._optimizer_step())
-        tokens = sums.pop("tokens").clamp_min(1.0)
+        total = float(batch.completion_lens.sum())
+        skipped = total - float(batch.completion_lens[sorted(computed)].sum()) if computed else total
+        sums.setdefault("loss", torch.zeros(()))
+        tokens = sums.pop("tokens", torch.zeros(())).clamp_min(1.0)
         loss = sums.pop("loss") / len(grad_norms)  # the objective of each optimizer step, averaged
         out = {k: (v if k.endswith("_max") else v / tokens) for k, v in sums.items()}
         out["loss"] = loss
         out["grad_norm"] = torch.stack(grad_norms).mean()
         out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
+        out["update/skipped_token_frac"] = torch.tensor(skipped / total if total else 0.0)
         return out
+
+    def trainable(self, batch: TrainBatch) -> list[int]:
+        """The sequences whose forward/backward can change the update (see the module docstring)."""
+        if not self.skip_zero_advantage:
+            return list(range(batch.num_seqs))
+        return [i for i in range(batch.num_seqs) if float(batch.advantages[i]) != 0.0]
 
     def _micro_step(self, batch, plan, weight_of, old_logp, stale, num_micro):
         cfg = self.loss_cfg
@@ -234,6 +321,9 @@ class PolicyUpdater:
         return m
 
     def _optimizer_step(self) -> torch.Tensor:
+        for p in self.model.parameters():  # a skipped (all-zero) batch still steps AdamW's moments
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.optim_cfg.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.optim_cfg.grad_clip)

@@ -154,3 +154,13 @@ def test_fused_loss_run_matches_reference_run(tmp_path, monkeypatch):
         assert fused["reward/mean"] == ref["reward/mean"]  # identical samples
         for key in ("loss", "grad_norm", "entropy", "rollout/logp_mismatch"):
             assert fused[key] == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
+
+
+def test_periodic_eval_logs_heldout_pass_at_1(tmp_path):
+    out = Trainer(_cfg(tmp_path, "trainer.max_steps=2", "trainer.eval_every=2", "data.eval_size=3",
+                       "trainer.eval_n=2")).fit()
+    rows = read_metrics(out / "metrics.jsonl")
+    assert "eval/pass@1" not in rows[0]
+    assert rows[1]["eval/count"] == 3 and 0.0 <= rows[1]["eval/pass@1"] <= 1.0
+    records = [json.loads(line) for line in (out / "eval" / "step_000002.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and all(r["n"] == 2 and len(r["completions"]) == 2 for r in records)

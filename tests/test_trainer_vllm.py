@@ -21,6 +21,9 @@ def test_tiny_run_on_vllm_with_mentor(tmp_path):
     cfg = load_config(["configs/tiny_test.yaml"], [
         f"output_dir={tmp_path}", "rollout.engine=vllm", "mentor.enable=true", "mentor.rerolls=2",
         "trainer.max_steps=3", "trainer.tensorboard=false",
+        # the random tiny model never scores, so every advantage is 0; compute them anyway, so that
+        # the trainer's log-probs exist to compare with the sampler's
+        "trainer.skip_zero_advantage=false",
     ])
     Trainer(cfg).fit()
     rows = read_metrics(tmp_path / "metrics.jsonl")
@@ -31,3 +34,34 @@ def test_tiny_run_on_vllm_with_mentor(tmp_path):
         assert "rollout/logp_mismatch" in row and row["rollout/logp_mismatch"] < 1e-2
     assert "mentor/triggered" in rows[1] and rows[1]["mentor/rerolls"] >= 2
     assert "rollout/prefix_cache_hit_rate/reroll" in rows[1]
+
+
+def test_weight_sync_timeout_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
+    """Fault injection on the real engine: after step 1's checkpoint the worker is made to hang
+    inside the next weight sync (the engine's test hook). The run must stop with an EngineError
+    that names the timeout key, and step 1's checkpoint must be complete and loadable."""
+    from transformers import AutoModelForCausalLM
+
+    from mentor_fast.checkpoint import latest_checkpoint
+    from mentor_fast.rollout.base import EngineError
+
+    cfg = load_config(["configs/tiny_test.yaml"], [
+        f"output_dir={tmp_path}", "rollout.engine=vllm", "trainer.max_steps=3", "trainer.save_every=1",
+        "trainer.tensorboard=false", "rollout.weight_sync_timeout_s=3",
+    ])
+    trainer = Trainer(cfg)
+    save = trainer.save
+
+    def save_then_hang_next_sync(step):
+        path = save(step)
+        trainer.engine._fault_sync_delay_s = 600.0
+        return path
+
+    trainer.save = save_then_hang_next_sync
+    with pytest.raises(EngineError, match="weight_sync_timeout_s"):
+        trainer.fit()
+    ckpt = latest_checkpoint(tmp_path / "checkpoints")
+    assert ckpt is not None and ckpt.name == "step_000001"
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000001"]  # no partial writes
+    assert AutoModelForCausalLM.from_pretrained(ckpt / "policy").config.num_hidden_layers == 2
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]

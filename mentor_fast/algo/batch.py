@@ -24,6 +24,7 @@ class TrainBatch:
     group_index: torch.Tensor  # [S] long, dense 0..num_groups-1
     advantages: torch.Tensor  # [S] fp32
     policy_versions: torch.Tensor  # [S] long
+    prompt_index: list[int]  # [S] dense id of the sequence's prompt token ids (equal ids, equal prompt)
 
     @property
     def num_seqs(self) -> int:
@@ -41,6 +42,8 @@ def build_train_batch(groups: list[Group], cfg: AdvantageConfig) -> TrainBatch:
             group_index.append(g_idx)
     rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)
     gi = torch.tensor(group_index, dtype=torch.long)
+    distinct: dict[tuple[int, ...], int] = {}
+    prompt_index = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in rollouts]
     return TrainBatch(
         rollouts=rollouts,
         input_ids=[list(r.prompt_ids) + list(r.completion_ids) for r in rollouts],
@@ -51,6 +54,7 @@ def build_train_batch(groups: list[Group], cfg: AdvantageConfig) -> TrainBatch:
         group_index=gi,
         advantages=compute_advantages(rewards, gi, cfg),
         policy_versions=torch.tensor([r.policy_version for r in rollouts], dtype=torch.long),
+        prompt_index=prompt_index,
     )
 
 
@@ -66,6 +70,33 @@ def plan_micro_batches(lengths: list[int], indices: list[int], token_budget: int
             plans.append(current)
             current = []
         current.append(i)
+    if current:
+        plans.append(current)
+    return plans
+
+
+def plan_shared_micro_batches(
+    prompt_index: list[int], prompt_lens: list[int], completion_lens: list[int], indices: list[int],
+    token_budget: int,
+) -> list[list[int]]:
+    """Micro-batches for the shared-prompt forward, where each distinct prompt of a micro-batch runs
+    once: its cost is (distinct prompts) * (longest prompt) + rows * (longest completion) tokens.
+    Longest completions first, so rows of similar length (from any prompt) share a micro-batch."""
+    order = sorted(indices, key=lambda i: (-completion_lens[i], prompt_index[i]))
+    plans: list[list[int]] = []
+    current: list[int] = []
+    prompts: set[int] = set()
+    longest_prompt = 0
+    for i in order:
+        width = completion_lens[current[0]] if current else completion_lens[i]
+        u = len(prompts | {prompt_index[i]})
+        cost = u * max(longest_prompt, prompt_lens[i]) + (len(current) + 1) * width
+        if current and cost > token_budget:
+            plans.append(current)
+            current, prompts, longest_prompt = [], set(), 0
+        current.append(i)
+        prompts.add(prompt_index[i])
+        longest_prompt = max(longest_prompt, prompt_lens[i])
     if current:
         plans.append(current)
     return plans

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -70,20 +71,32 @@ def level_definitions() -> dict[int, str]:
 # ---------------------------------------------------------------- tolerant JSON
 
 
-def _balanced_objects(text: str) -> list[str]:
-    """Every brace-balanced {...} span, outermost first, skipping braces inside strings."""
-    spans, start, depth, quote, escape = [], -1, 0, "", False
+def _scan(text: str, may_open: Callable[[], bool] = lambda: True) -> Iterator[tuple[int, str, bool]]:
+    """(index, char, inside a quoted string) per character; a quote opens a string only when
+    may_open() says so at that point (evaluated lazily, so a caller's loop state can decide)."""
+    quote, escape = "", False
     for i, ch in enumerate(text):
         if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == quote:
+            closing = not escape and ch == quote
+            escape = not escape and ch == "\\"
+            yield i, ch, True
+            if closing:
                 quote = ""
-        elif ch in "\"'" and depth > 0:
+        elif ch in "\"'" and may_open():
             quote = ch
-        elif ch == "{":
+            yield i, ch, True
+        else:
+            yield i, ch, False
+
+
+def _balanced_objects(text: str) -> list[str]:
+    """Every brace-balanced {...} span, outermost first, skipping braces inside strings (a quote
+    outside any object, like the apostrophe in "here's", opens nothing)."""
+    spans, start, depth = [], -1, 0
+    for i, ch, quoted in _scan(text, lambda: depth > 0):
+        if quoted:
+            continue
+        if ch == "{":
             if depth == 0:
                 start = i
             depth += 1
@@ -94,30 +107,14 @@ def _balanced_objects(text: str) -> list[str]:
     return spans
 
 
+_JSON_WORDS = {"true": "True", "false": "False", "null": "None"}
+
+
 def _python_literals(text: str) -> str:
     """true/false/null -> True/False/None outside strings (for ast.literal_eval)."""
-    out, quote, escape, i = [], "", False, 0
-    words = {"true": "True", "false": "False", "null": "None"}
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        else:
-            m = re.match(r"[A-Za-z_]+", text[i:])
-            if m:
-                out.append(words.get(m.group(0), m.group(0)))
-                i += m.end()
-                continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+    quoted = [q for _, _, q in _scan(text)]
+    return re.sub(r"\b(?:true|false|null)\b",
+                  lambda m: m.group(0) if quoted[m.start()] else _JSON_WORDS[m.group(0)], text)
 
 
 def _loads(candidate: str) -> Any:

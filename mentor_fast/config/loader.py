@@ -1,0 +1,192 @@
+"""Loading a RunConfig: defaults <- YAML files in order <- `a.b=c` overrides, then cross-field checks.
+
+Unknown keys and wrong types fail before anything runs, naming the key and the closest valid one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from mentor_fast.config.schema import ConfigError, RunConfig
+
+# Field names that are Python keywords are spelled with a trailing underscore in code.
+_ALIASES = {"async": "async_"}
+
+
+def _field_name(key: str) -> str:
+    return _ALIASES.get(key, key)
+
+
+def _public_name(name: str) -> str:
+    return {v: k for k, v in _ALIASES.items()}.get(name, name)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check (and for CLI strings, convert) `value` against the annotation `tp`."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(choices)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError("; ".join(errors))
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    raise ConfigError(f"{key}: unsupported field type {tp!r}")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key.split(".")[-1], valid, n=1)
+    prefix = where + "." if where else ""
+    hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(valid))}"
+    return ConfigError(f"unknown config key '{key}'{hint}")
+
+
+def _apply(obj: Any, overrides: dict[str, Any], where: str = "") -> None:
+    hints = _hints(type(obj))
+    names = {_public_name(f.name): f.name for f in dataclasses.fields(obj)}
+    for key, value in overrides.items():
+        full = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise _unknown(full, list(names), where)
+        name = names[key]
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{full}: expected a mapping of sub-keys, got {value!r}")
+            _apply(current, value, full)
+        else:
+            setattr(obj, name, _coerce(value, hints[name], full))
+
+
+def _parse_cli_value(text: str) -> Any:
+    """`a.b=c` values are YAML scalars/flow collections: 1e-6, true, [1, 2], null, text."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cur = out
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+    return out
+
+
+def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunConfig:
+    """Defaults <- each YAML file in order <- `key.sub=value` overrides."""
+    cfg = RunConfig()
+    for f in files:
+        path = Path(f)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of keys")
+        try:
+            _apply(cfg, data)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key.sub=value")
+        key, text = item.split("=", 1)
+        _apply(cfg, _nest(key.strip(), _parse_cli_value(text)))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: RunConfig) -> None:
+    """Cross-field checks that a type alone cannot express."""
+    checks = [
+        (cfg.rollout.num_generations >= 2, "rollout.num_generations must be >= 2 (GRPO needs a group)"),
+        (cfg.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1"),
+        (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1"),
+        (cfg.rollout.temperature > 0, "rollout.temperature must be > 0"),
+        (0 < cfg.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
+        (cfg.loss.eps_low >= 0 and cfg.loss.eps_high >= 0, "loss.eps_low/eps_high must be >= 0"),
+        (cfg.loss.dual_clip == 0 or cfg.loss.dual_clip > 1, "loss.dual_clip must be 0 or > 1"),
+        (cfg.loss.beta == 0 or cfg.model.ref_model, "loss.beta > 0 needs model.ref_model=true"),
+        (cfg.trainer.mini_batches >= 1, "trainer.mini_batches must be >= 1"),
+        (cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs must be >= 1"),
+        (cfg.trainer.max_steps >= 0, "trainer.max_steps must be >= 0"),
+        (cfg.mentor.start_level in (1, 2, 3), "mentor.start_level must be 1, 2 or 3"),
+        (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
+         "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
+        (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        out[_public_name(f.name)] = to_dict(v) if dataclasses.is_dataclass(v) else v
+    return out
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

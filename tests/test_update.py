@@ -1,0 +1,157 @@
+"""The update's two exact savings against the plain path on the tiny Llama: the shared-prompt forward
+(each distinct prompt once, completions on its keys/values) and skipping zero-advantage sequences.
+
+Tolerance: both paths run the same fp32 ops on the same values, only grouped differently (a [U, P]
+prompt pass plus a [S, C] pass with cached keys/values, against [S, P + C] rows), so hidden states
+and gradients agree to fp32 summation-order noise: 1e-5 absolute on O(1) hidden values, 1e-5
+relative in norm for each parameter's gradient. A wrong position
+offset, a mask that lets a completion see a pad, or a missing gradient path through the cache
+changes them at the 1e-1 level.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from mentor_fast.algo.batch import build_train_batch, plan_shared_micro_batches
+from mentor_fast.config import AdvantageConfig, LossConfig, OptimConfig, TrainerConfig
+from mentor_fast.models import load_policy
+from mentor_fast.types import Group, Problem, Rollout
+from mentor_fast.update import PolicyUpdater, build_optimizer
+
+PAD = 2
+
+
+def _groups(rewards: list[list[float]], seed: int = 0, hinted: bool = True) -> list[Group]:
+    """Groups of random token sequences; prompts differ in length, and the first group's last rollout
+    has a hinted prompt (the group's prompt plus extra tokens), as a MENTOR re-roll does."""
+    rng = random.Random(seed)
+    groups = []
+    for g, group_rewards in enumerate(rewards):
+        prompt = [rng.randrange(3, 500) for _ in range(5 + 4 * g)]
+        problem = Problem(id=f"p{g}", question=f"q{g}", gold="1")
+        rollouts = []
+        for k, r in enumerate(group_rewards):
+            ids = prompt + [rng.randrange(3, 500) for _ in range(3)] if hinted and g == 0 and k == len(group_rewards) - 1 else prompt
+            comp = [rng.randrange(3, 500) for _ in range(rng.randint(1, 9))]
+            rollouts.append(Rollout(problem=problem, group_id=g, prompt_ids=ids, completion_ids=comp,
+                                    sampler_logprobs=[-rng.uniform(0.5, 3.0) for _ in comp], text="",
+                                    finish_reason="stop", policy_version=0, reward=r, correct=r > 0))
+        groups.append(Group(group_id=g, problem=problem, prompt_ids=prompt, rollouts=rollouts))
+    return groups
+
+
+def _updater(path, impl="reference", **trainer) -> PolicyUpdater:
+    torch.manual_seed(0)
+    model = load_policy(path)
+    model.train()
+    optim_cfg = OptimConfig(lr=1e-3)
+    optimizer, scheduler = build_optimizer(model, optim_cfg, max_steps=10)
+    return PolicyUpdater(model, optimizer, scheduler, LossConfig(impl=impl), TrainerConfig(**trainer), optim_cfg,
+                         temperature=1.0, max_new_tokens=16, pad_id=PAD)
+
+
+def _assert_grads_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], rel: float) -> None:
+    """Per parameter, ||got - want|| <= rel * ||want|| (elementwise tolerances fail on the tiny entries
+    of large-norm gradients, where summation order alone moves them)."""
+    for name, w in want.items():
+        err = float((got[name] - w).norm())
+        assert err <= rel * float(w.norm()) + 1e-12, f"{name}: |diff| {err:.3g} vs |grad| {float(w.norm()):.3g}"
+
+
+def _grads_of_update(updater: PolicyUpdater, batch) -> tuple[dict[str, torch.Tensor], dict]:
+    """Runs one update and returns the gradients the optimizer saw."""
+    seen = {}
+    step = updater._optimizer_step
+
+    def capture():
+        for name, p in updater.model.named_parameters():
+            seen[name] = p.grad.detach().clone()
+        return step()
+
+    updater._optimizer_step = capture
+    metrics = updater.update(batch, None, current_version=0)
+    return seen, metrics
+
+
+def test_shared_prompt_hidden_states_and_gradients_match_full_rows(tiny_model_path):
+    batch = build_train_batch(_groups([[1, 0, 0, 1], [0, 1, 1]]), AdvantageConfig())
+    upd = _updater(tiny_model_path)
+    seqs = list(range(batch.num_seqs))
+    assert len(set(batch.prompt_index)) == 3  # two prompts and one hinted variant
+    probe = torch.randn(int(batch.completion_lens.sum()), upd.model.config.hidden_size)
+    results = []
+    for shared in (False, True):
+        upd.model.zero_grad(set_to_none=True)
+        mb = upd._hidden_shared(upd.model, batch, seqs) if shared else upd._hidden_rows(upd.model, batch, seqs)
+        (mb.hidden * probe).sum().backward()
+        grads = {n: p.grad.clone() for n, p in upd.model.named_parameters()}
+        results.append((mb, grads))
+    (rows, g_rows), (shared, g_shared) = results
+    assert torch.equal(rows.targets, shared.targets) and torch.equal(rows.seq_index, shared.seq_index)
+    torch.testing.assert_close(shared.hidden, rows.hidden, atol=1e-5, rtol=1e-5)
+    _assert_grads_close(g_shared, g_rows, rel=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+def test_update_with_shared_prompts_equals_full_rows(tiny_model_path, impl):
+    batch = build_train_batch(_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
+    # a small budget forces several micro-batches, some mixing prompts
+    g_rows, m_rows = _grads_of_update(_updater(tiny_model_path, impl, shared_prompt_forward=False,
+                                               micro_batch_tokens=40), batch)
+    g_shared, m_shared = _grads_of_update(_updater(tiny_model_path, impl, micro_batch_tokens=40), batch)
+    _assert_grads_close(g_shared, g_rows, rel=1e-5)
+    assert float(m_shared["loss"]) == pytest.approx(float(m_rows["loss"]), rel=1e-5, abs=1e-7)
+
+
+def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_model_path):
+    # group 0 all fail and group 2 all pass (A = 0): skipped; group 1 teaches
+    batch = build_train_batch(_groups([[0, 0, 0], [1, 0, 1, 0], [1, 1]], hinted=False), AdvantageConfig())
+    g_all, m_all = _grads_of_update(_updater(tiny_model_path, skip_zero_advantage=False), batch)
+    g_skip, m_skip = _grads_of_update(_updater(tiny_model_path), batch)
+    assert any(float(g.abs().max()) > 0 for g in g_all.values())
+    _assert_grads_close(g_skip, g_all, rel=1e-6)
+    lens = batch.completion_lens
+    expected = float(lens[[0, 1, 2, 7, 8]].sum() / lens.sum())
+    assert float(m_skip["update/skipped_token_frac"]) == pytest.approx(expected)
+    assert float(m_all["update/skipped_token_frac"]) == 0.0
+
+
+def test_a_batch_with_no_signal_still_steps_adam_like_zero_gradients(tiny_model_path):
+    """Every group uniform: nothing is computed, yet AdamW's moments advance exactly as they would
+    with the (all-zero) gradients of the full computation."""
+    first = build_train_batch(_groups([[1, 0, 1], [0, 1]], hinted=False), AdvantageConfig())
+    flat = build_train_batch(_groups([[0, 0, 0], [1, 1]], seed=1, hinted=False), AdvantageConfig())
+    params = []
+    for skip in (False, True):
+        upd = _updater(tiny_model_path, skip_zero_advantage=skip)
+        upd.update(first, None, 0)
+        metrics = upd.update(flat, None, 1)
+        assert float(metrics["grad_norm"]) == 0.0
+        params.append([p.detach().clone() for p in upd.model.parameters()])
+    for a, b in zip(*params):
+        torch.testing.assert_close(b, a, atol=1e-7, rtol=1e-6)
+
+
+def test_beta_or_entropy_bonus_turns_skipping_off(tiny_model_path):
+    upd = _updater(tiny_model_path)
+    assert upd.skip_zero_advantage
+    upd = PolicyUpdater(upd.model, upd.optimizer, upd.scheduler, LossConfig(entropy_coef=0.01), TrainerConfig(),
+                        OptimConfig(), temperature=1.0, max_new_tokens=16, pad_id=PAD)
+    assert not upd.skip_zero_advantage
+    batch = build_train_batch(_groups([[0, 0]], hinted=False), AdvantageConfig())
+    assert upd.trainable(batch) == [0, 1]
+
+
+def test_shared_plan_counts_each_prompt_once():
+    # 2 prompts of 10 tokens, completions 8, 8, 6, 6, 4, 4 (alternating prompts)
+    prompt_index, plens, clens = [0, 1, 0, 1, 0, 1], [10] * 6, [8, 8, 6, 6, 4, 4]
+    plans = plan_shared_micro_batches(prompt_index, plens, clens, list(range(6)), token_budget=44)
+    assert sorted(i for p in plans for i in p) == list(range(6))
+    for plan in plans:
+        u = len({prompt_index[i] for i in plan})
+        assert u * 10 + len(plan) * max(clens[i] for i in plan) <= 44 or len(plan) == 1
+    assert plans[0] == [0, 1, 2]  # 2 * 10 + 3 * 8 = 44 fits; a fourth row would not
