@@ -65,12 +65,18 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
     cfg = load_config([], [f"data.levels=[{args.easy_levels}]"])
     builder = PromptBuilder.from_config(tok, cfg.data)
     source = build_source(cfg.data, seed + 1000)
+    hinted = _hinted_source(args, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.sft_lr)
     for step in range(1, args.sft_steps + 1):
         rows = []
-        for p in source.batch(step, args.sft_batch):
+        n_hinted = round(args.sft_batch * args.sft_hinted_frac) if hinted else 0
+        problems = [(p, None) for p in source.batch(step, args.sft_batch - n_hinted)]
+        if n_hinted:
+            problems += [(p, _reference_hint(p, 2 + k % 2)) for k, p in enumerate(hinted.batch(step, n_hinted))]
+        for p, hint in problems:
             target = "\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}."
-            rows.append((builder.encode(p), tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]))
+            rows.append((builder.encode(p, hint),
+                         tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]))
         width = max(len(a) + len(b) for a, b in rows)
         ids = torch.full((len(rows), width), tok.pad_token_id)
         labels = torch.full((len(rows), width), -100)
@@ -89,6 +95,32 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
     model.save_pretrained(out / "policy")
     tok.save_pretrained(out / "policy")
     return out / "policy"
+
+
+def _hinted_source(args, seed: int):
+    """Problems of a level that is neither warm-up nor jump, shown with the mentor's hint, so the
+    policy learns to follow a hint (as an instruction-tuned model does) without ever seeing the
+    jumped level before the jump."""
+    from mentor_fast.data import build_source
+
+    if not args.sft_hinted_frac:
+        return None
+    if args.sft_hinted_level == args.jump_level or str(args.sft_hinted_level) in args.easy_levels.split(","):
+        raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
+    return build_source(load_config([], [f"data.levels=[{args.sft_hinted_level}]"]).data, seed + 2000)
+
+
+def _reference_hint(problem, level: int) -> str:
+    """The reference backend's hint for a problem whose attempts wrote nothing useful."""
+    from mentor_fast.mentor.diagnosis import FailureCase
+    from mentor_fast.mentor.reference import ReferenceMentor
+    from mentor_fast.types import Rollout
+
+    empty = Rollout(problem=problem, group_id=0, prompt_ids=[], completion_ids=[], sampler_logprobs=[],
+                    text="", finish_reason="stop", policy_version=0)
+    case = FailureCase(problem=problem, attempts=[empty], group_size=1, answers={})
+    mentor = ReferenceMentor()
+    return mentor.hint(case, mentor.diagnose([case])[0], level)
 
 
 def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
@@ -161,13 +193,13 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--easy-levels", default="1,2")
-    p.add_argument("--jump-level", type=int, default=4)
+    p.add_argument("--jump-level", type=int, default=3)
     p.add_argument("--pre-steps", type=int, default=4)
     p.add_argument("--post-steps", type=int, default=12)
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--lr", type=float, default=2e-6)
+    p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--loss-impl", default="fused")
     p.add_argument("--mentor-async", default="true")
     p.add_argument("--eval-problems", type=int, default=32)
@@ -175,6 +207,9 @@ def main() -> None:
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
     p.add_argument("--sft-batch", type=int, default=16)
     p.add_argument("--sft-lr", type=float, default=3e-5)
+    p.add_argument("--sft-hinted-frac", type=float, default=0.25,
+                   help="share of SFT rows from --sft-hinted-level, with the mentor's hint in the prompt")
+    p.add_argument("--sft-hinted-level", type=int, default=5)
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

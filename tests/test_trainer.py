@@ -164,3 +164,14 @@ def test_periodic_eval_logs_heldout_pass_at_1(tmp_path):
     assert rows[1]["eval/count"] == 3 and 0.0 <= rows[1]["eval/pass@1"] <= 1.0
     records = [json.loads(line) for line in (out / "eval" / "step_000002.jsonl").read_text().splitlines()]
     assert len(records) == 3 and all(r["n"] == 2 and len(r["completions"]) == 2 for r in records)
+
+
+def test_bench_rejects_unknown_variants_and_trl_without_its_python(capsys):
+    from mentor_fast.bench import main as bench_main
+
+    with pytest.raises(SystemExit):
+        bench_main(["--variants", "fused_fp33"])
+    assert "unknown variant" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_main(["--variants", "trl_fp32_gc,fused_fp32"])
+    assert "--trl-python" in capsys.readouterr().err

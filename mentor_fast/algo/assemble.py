@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from enum import Enum
+from enum import StrEnum
 
 from mentor_fast.types import Group, Rollout
 
 
-class LossMode(str, Enum):
+class LossMode(StrEnum):
     REPLACE = "replace"
     GROUP = "group"
     TRANSFER = "transfer"
     SHAPING = "shaping"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # (group, its re-rolls, max_replace, rng) -> (new group, the rollouts inserted into it)

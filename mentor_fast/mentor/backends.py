@@ -11,7 +11,7 @@ and are wrapped in `LLMAgents`; `reference` implements the agents directly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +25,11 @@ if TYPE_CHECKING:  # the rollout package imports torch; the mentor stays light u
     from mentor_fast.rollout.base import RolloutEngine
 
 
-class BackendKind(str, Enum):
+class BackendKind(StrEnum):
     REFERENCE = "reference"
     SELF = "self"
     LOCAL = "local"
     OPENAI = "openai"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def _chat_ids(tokenizer: Any, messages: Messages) -> list[int]:
