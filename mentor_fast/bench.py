@@ -170,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             with out.open("a") as f:
                 f.write(json.dumps(res) + "\n")
             m = res["median_excl_first"]
-            print(f"{name:24s} rep {rep}: step {m.get('timing_s/step', 0):6.1f}s  gen {m.get('timing_s/gen', 0):5.1f}s  "
-                  f"update {m.get('timing_s/update', 0):5.1f}s  tok/s {m.get('perf/tokens_per_s', 0):5.1f}  "
+            print(f"{name:24s} rep {rep}: step {m.get('timing_s/step', 0):6.1f}s  "
+                  f"gen {m.get('timing_s/gen', 0):5.1f}s  update {m.get('timing_s/update', 0):5.1f}s  "
+                  f"tok/s {m.get('perf/tokens_per_s', 0):5.1f}  "
                   f"peak RSS {res['peak_rss_gb']:.2f} GB  acc {m.get('acc', 0):.3f}", flush=True)
     return 0
 

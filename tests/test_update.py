@@ -35,7 +35,9 @@ def _groups(rewards: list[list[float]], seed: int = 0, hinted: bool = True) -> l
         problem = Problem(id=f"p{g}", question=f"q{g}", gold="1")
         rollouts = []
         for k, r in enumerate(group_rewards):
-            ids = prompt + [rng.randrange(3, 500) for _ in range(3)] if hinted and g == 0 and k == len(group_rewards) - 1 else prompt
+            ids = prompt
+            if hinted and g == 0 and k == len(group_rewards) - 1:  # a re-roll: q + hint tokens
+                ids = prompt + [rng.randrange(3, 500) for _ in range(3)]
             comp = [rng.randrange(3, 500) for _ in range(rng.randint(1, 9))]
             rollouts.append(Rollout(problem=problem, group_id=g, prompt_ids=ids, completion_ids=comp,
                                     sampler_logprobs=[-rng.uniform(0.5, 3.0) for _ in comp], text="",
