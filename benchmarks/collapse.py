@@ -202,6 +202,13 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--loss-impl", default="fused")
     p.add_argument("--mentor-async", default="true")
+    p.add_argument("--mentor-start-level", type=int, default=3,
+                   help="first hint level; the warmed-up 135M model is rescued only by level 3 (see README)")
+    p.add_argument("--mentor-rounds", type=int, default=1)
+    p.add_argument("--mentor-rerolls", type=int, default=4)
+    p.add_argument("--reuse-start", action="store_true",
+                   help="reuse what an earlier run with the same seed and warm-up flags left in DIR/seedN: "
+                        "the GRPO warm-up's final checkpoint, else the supervised warm-up's policy")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
@@ -217,14 +224,22 @@ def main() -> None:
     pre_rows: list[dict] = []
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
-        start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
-        pre = train(_common(args, base / "warmup", seed) + [
-            f"model.path={start_model}", f"data.levels=[{args.easy_levels}]", f"trainer.max_steps={args.pre_steps}"])
+        pre = base / "warmup"
         start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
+        if not (args.reuse_start and (start / "config.json").exists()):
+            sft = base / "sft" / "policy"
+            if args.reuse_start and (sft / "config.json").exists():
+                start_model = sft
+            else:
+                start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
+            train(_common(args, pre, seed) + [
+                f"model.path={start_model}", f"data.levels=[{args.easy_levels}]", f"trainer.max_steps={args.pre_steps}"])
         pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
         arms = {
             "vanilla": ["mentor.enable=false"],
-            "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}"],
+            "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
+                       f"mentor.start_level={args.mentor_start_level}", f"mentor.max_rounds={args.mentor_rounds}",
+                       f"mentor.rerolls={args.mentor_rerolls}"],
         }
         for arm, extra in arms.items():
             t0 = time.time()

@@ -12,6 +12,7 @@ import random
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -24,9 +25,12 @@ from mentor_fast.metrics import MetricsLogger, peak_mem_gb, to_scalars, write_re
 from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
 from mentor_fast.rewards import RewardScorer
 from mentor_fast.rollout import make_engine
-from mentor_fast.rollout.base import SamplingParams
-from mentor_fast.types import Group, Problem, Rollout
+from mentor_fast.rollout.base import Request, SamplingParams, generate_many
+from mentor_fast.types import Group, Problem, Rollout, Sample
 from mentor_fast.update import PolicyUpdater, build_optimizer
+
+if TYPE_CHECKING:
+    from mentor_fast.mentor.pipeline import Intervention, RerollRequest
 
 # Metrics that depend on wall-clock or machine state, not on the computation.
 TIMING_PREFIXES = ("timing_s/", "perf/", "mentor/latency_s", "mentor/overlap_frac")
@@ -41,6 +45,15 @@ def seed_everything(seed: int) -> None:
 def sampling_seed(run_seed: int, step: int, stream: int = 0) -> int:
     """Sampling seeds are a pure function of (run seed, step, stream): a resumed run samples the same."""
     return (run_seed * 1_000_003 + step * 7919 + stream * 104_729) % (2**31 - 1)
+
+
+class PendingHints(NamedTuple):
+    """Async MENTOR: hints written in the background for step `step`'s all-fail groups."""
+
+    interventions: list[Intervention]
+    groups: list[Group]
+    step: int
+    wait_s: float  # how long the trainer waited for them
 
 
 class Trainer:
@@ -138,8 +151,11 @@ class Trainer:
                                self.cfg.trainer.keep_last_n)
 
     # ---------------------------------------------------------------- the step
-    def rollout(self, problems: list[Problem], step: int, metrics: dict) -> list[Group]:
-        """Generate G samples per prompt and score them. Prompts over the length limit are dropped."""
+    def rollout(self, problems: list[Problem], step: int, metrics: dict,
+                extra: list[Request] = ()) -> tuple[list[Group], list[list[list[Sample]]]]:
+        """Generate G samples per prompt and score them. Prompts over the length limit are dropped.
+        `extra` requests (the async mentor's first re-roll round) share the engine call; their
+        samples come back unscored, in order."""
         kept, prompts = [], []
         for p in problems:
             try:
@@ -147,9 +163,9 @@ class Trainer:
                 kept.append(p)
             except PromptTooLong:
                 metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
-        params = self.sampling(step)
         t0 = time.perf_counter()
-        samples = self.generate(prompts, params) if prompts else []
+        samples, *extra_samples = self.generate_many([(prompts, self.sampling(step)), *extra],
+                                                     tag="initial+reroll" if extra else "initial")
         metrics["timing_s/gen"] = time.perf_counter() - t0
         groups = []
         for g_idx, (p, ids, group_samples) in enumerate(zip(kept, prompts, samples)):
@@ -163,7 +179,7 @@ class Trainer:
         t0 = time.perf_counter()
         metrics.update(self.scorer.score([r for g in groups for r in g.rollouts]))
         metrics["timing_s/reward"] = time.perf_counter() - t0
-        return groups
+        return groups, extra_samples
 
     def sampling(self, step: int, stream: int = 0) -> SamplingParams:
         """Initial rollouts and mentor re-rolls use the same sampling parameters (not the same seeds)."""
@@ -171,22 +187,45 @@ class Trainer:
         return SamplingParams(n=r.num_generations, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                               top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step, stream))
 
-    def generate(self, prompts, params, tag: str = "initial"):
+    def generate_many(self, requests: list[Request], tag: str = "initial") -> list[list[list[Sample]]]:
         """Engines that count prefix-cache hits per phase (vLLM) get told which phase this is."""
-        if hasattr(self.engine, "pop_metrics"):
-            return self.engine.generate(prompts, params, tag=tag)
-        return self.engine.generate(prompts, params)
+        non_empty = [k for k, (prompts, _) in enumerate(requests) if prompts]
+        kwargs = {"tag": tag} if hasattr(self.engine, "pop_metrics") else {}
+        done = generate_many(self.engine, [requests[k] for k in non_empty], **kwargs) if non_empty else []
+        out: list[list[list[Sample]]] = [[] for _ in requests]
+        for k, samples in zip(non_empty, done):
+            out[k] = samples
+        return out
 
     def _reroll_generate(self, prompts, params):
-        return self.generate(prompts, params, tag="reroll")
+        return self.generate_many([(prompts, params)], tag="reroll")[0]
 
     def _score(self, rollouts: list[Rollout]) -> None:
         self.scorer.score(rollouts)
 
-    def mentor_step(self, groups: list[Group], step: int, metrics: dict) -> list[Group]:
+    def _take_hints(self, metrics: dict) -> PendingHints | None:
+        """Async: the hints written in the background for the last step's failures (waiting for them
+        if need be); None when there are none, or when they are too stale to re-roll on-policy."""
+        if self._pending is None:
+            return None
+        future, groups, step = self._pending
+        self._pending = None
+        t0 = time.perf_counter()
+        interventions = future.result(timeout=self.cfg.mentor.timeout_s)
+        wait_s = time.perf_counter() - t0
+        lag = self.version - min(r.policy_version for g in groups for r in g.rollouts)
+        if lag > self.cfg.mentor.max_staleness:  # too old to learn from on-policy: drop, and say so
+            metrics["mentor/stale_dropped"] = float(len(interventions))
+            return None
+        return PendingHints(interventions, groups, step, wait_s)
+
+    def mentor_step(self, groups: list[Group], step: int, metrics: dict, hints: PendingHints | None = None,
+                    first: tuple[RerollRequest, list[list[Sample]]] | None = None) -> list[Group]:
         """MENTOR on the all-fail groups. Sync: diagnose, instruct, guard, re-roll and assemble now.
         Async: the hints for this step's failures are written in the background while the update
-        runs; their re-rolls come from the next policy version and join the next step's batch."""
+        runs; their re-rolls come from the next policy version and join the next step's batch
+        (`hints`: the last step's, taken by `step`; `first`: their first round, already generated
+        with this step's initial rollouts)."""
         cfg = self.cfg.mentor
         t0 = time.perf_counter()
         if not cfg.async_:
@@ -196,23 +235,15 @@ class Trainer:
             metrics["timing_s/mentor"] = time.perf_counter() - t0
             return out.groups
         carried: list[Group] = []
-        if self._pending is not None:
-            future, prev_groups, prev_step = self._pending
-            t_wait = time.perf_counter()
-            interventions = future.result(timeout=cfg.timeout_s)
-            wait_s = time.perf_counter() - t_wait
-            lag = self.version - min(r.policy_version for g in prev_groups for r in g.rollouts)
-            if lag > cfg.max_staleness:  # too old to learn from on-policy: drop, and say so
-                metrics["mentor/stale_dropped"] = float(len(interventions))
-            else:
-                self.mentor.reroll(interventions, self._reroll_generate, self._score,
-                                   self.sampling(prev_step, 1), self.version)
-                out = self.mentor.finish(prev_groups, interventions, prev_step)
-                rescued = {iv.group.group_id for iv in interventions if iv.rescued}
-                carried = [g for g in out.groups if g.group_id in rescued]
-                self._record_mentor(out, metrics)
+        if hints is not None:
+            self.mentor.reroll(hints.interventions, self._reroll_generate, self._score,
+                               self.sampling(hints.step, 1), self.version, first=first)
+            out = self.mentor.finish(hints.groups, hints.interventions, hints.step)
+            rescued = {iv.group.group_id for iv in hints.interventions if iv.rescued}
+            carried = [g for g in out.groups if g.group_id in rescued]
+            self._record_mentor(out, metrics)
             latency = metrics.get("mentor/latency_s", 0.0)
-            metrics["mentor/overlap_frac"] = max(0.0, 1.0 - wait_s / latency) if latency > 0 else 1.0
+            metrics["mentor/overlap_frac"] = max(0.0, 1.0 - hints.wait_s / latency) if latency > 0 else 1.0
         metrics["off_policy/max_lag"] = float(max(
             (self.version - r.policy_version for g in carried for r in g.rollouts), default=0))
         if self._mentor_pool is not None:
@@ -236,10 +267,15 @@ class Trainer:
         t_step = time.perf_counter()
         metrics: dict = {}
         problems = self.source.batch(step, cfg.rollout.prompts_per_step)
-        groups = self.rollout(problems, step, metrics)
+        hints = self._take_hints(metrics) if self.mentor is not None and cfg.mentor.async_ else None
+        request = None
+        if hints is not None and cfg.mentor.merge_rerolls:
+            request = self.mentor.first_round(hints.interventions, self.sampling(hints.step, 1))
+            metrics["mentor/merged_rerolls"] = float(len(request.prompts) * request.params.n)
+        groups, extra = self.rollout(problems, step, metrics, [(request.prompts, request.params)] if request else [])
         metrics.update(group_metrics(groups))  # the initial rollouts, before the mentor
         if self.mentor is not None:
-            groups = self.mentor_step(groups, step, metrics)
+            groups = self.mentor_step(groups, step, metrics, hints, (request, extra[0]) if request else None)
         batch = build_train_batch(groups, cfg.advantage)
         metrics.update(batch_metrics(batch))
         if batch.num_seqs == 0:  # every prompt was dropped: nothing to learn from, say so and go on

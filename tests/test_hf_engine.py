@@ -11,7 +11,7 @@ import torch
 
 from mentor_fast.config import RolloutConfig
 from mentor_fast.models import load_policy, load_tokenizer
-from mentor_fast.rollout.base import RolloutEngine, SamplingParams
+from mentor_fast.rollout.base import RolloutEngine, SamplingParams, generate_many
 from mentor_fast.rollout.hf import HFEngine, eos_token_ids, sample_tokens
 
 QUESTIONS = ["What is 2 + 2?", "Tom has 17 apples and gives away 5. How many apples are left? Explain."]
@@ -100,6 +100,23 @@ def test_same_seed_same_tokens_other_seed_other_tokens(model, tok, prompts):
     assert ids(a) == ids(b)
     assert [s.logprobs for g in a for s in g] == [s.logprobs for g in b for s in g]
     assert all(x != y for x, y in zip(ids(a), ids(c)))
+
+
+def test_merged_requests_give_what_separate_calls_give(model, tok, prompts):
+    """generate_many decodes several requests in one loop (the async mentor merges its first re-roll
+    round into the next step's call); every sequence keeps the stream of its own request."""
+    a = SamplingParams(n=3, max_new_tokens=6, seed=3)
+    b = SamplingParams(n=2, max_new_tokens=6, seed=11)
+    eng = engine(model, tok)
+    merged = generate_many(eng, [(prompts, a), (prompts[1:], b)])
+    separate = [eng.generate(prompts, a), eng.generate(prompts[1:], b)]
+    ids = lambda out: [[[s.token_ids for s in g] for g in req] for req in out]
+    assert ids(merged) == ids(separate)
+    assert [len(g) for g in merged[1]] == [2]
+    for x, y in zip(merged[0][0], separate[0][0]):
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
+    with pytest.raises(ValueError, match="may differ in n and seed"):
+        eng.generate_many([(prompts, a), (prompts, SamplingParams(n=2, max_new_tokens=7, seed=3))])
 
 
 def test_samples_do_not_depend_on_padding_neighbours_or_chunking(model, tok, prompts):

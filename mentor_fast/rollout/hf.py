@@ -18,7 +18,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from mentor_fast.config import RolloutConfig
-from mentor_fast.rollout.base import EngineError, SamplingParams, check_request
+from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
 from mentor_fast.types import Sample
 
 _MASK64 = (1 << 64) - 1
@@ -100,21 +100,35 @@ class HFEngine:
         self._model = None
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
-        self._check(prompts, params)
+        return self.generate_many([(prompts, params)])[0]
+
+    def generate_many(self, requests: list[Request]) -> list[list[list[Sample]]]:
+        """Requests that differ only in n and seed, decoded together; each sequence gets exactly the
+        random stream it would get from its own `generate` call."""
+        for prompts, params in requests:
+            self._check(prompts, params)
+        check_mergeable(requests)
+        if not requests:
+            return []
+        shared = requests[0][1]
         # Similar prompt lengths share a chunk (less padding); seeds follow the original indices.
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        seqs = [(i, j) for i in order for j in range(params.n)]
-        out: list[list[Sample | None]] = [[None] * params.n for _ in prompts]
+        rows = sorted(
+            ((k, i, j) for k, (prompts, params) in enumerate(requests)
+             for i in range(len(prompts)) for j in range(params.n)),
+            key=lambda r: len(requests[r[0]][0][r[1]]),
+        )
+        out: list[list[list[Sample | None]]] = [[[None] * p.n for _ in prompts] for prompts, p in requests]
         model = self._model
         modes = [(m, m.training) for m in model.modules()]  # restored exactly, even if mixed
         model.eval()
         try:
             with torch.no_grad():
                 size = max(1, self._cfg.hf_batch_size)
-                for start in range(0, len(seqs), size):
-                    chunk = seqs[start : start + size]
-                    for (i, j), sample in zip(chunk, self._decode_chunk(prompts, chunk, params)):
-                        out[i][j] = sample
+                for start in range(0, len(rows), size):
+                    chunk = rows[start : start + size]
+                    seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, i, j)) for k, i, j in chunk]
+                    for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared)):
+                        out[k][i][j] = sample
         finally:
             for m, training in modes:
                 m.training = training
@@ -125,16 +139,16 @@ class HFEngine:
             raise EngineError("HFEngine.generate after close()")
         check_request(prompts, params, self.max_context_tokens)
 
-    def _prefill(self, prompts: list[list[int]], uniq: list[int]):
+    def _prefill(self, prompts: list[list[int]]):
         """Left-padded forward over the chunk's distinct prompts -> (cache, mask [U, T], logits [U, V])."""
         model = self._model
         device = next(model.parameters()).device
-        t = max(len(prompts[i]) for i in uniq)
-        ids = torch.full((len(uniq), t), self._pad, dtype=torch.long)
-        mask = torch.zeros((len(uniq), t), dtype=torch.long)
-        for r, i in enumerate(uniq):
-            ids[r, t - len(prompts[i]) :] = torch.tensor(prompts[i])
-            mask[r, t - len(prompts[i]) :] = 1
+        t = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), t), self._pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), t), dtype=torch.long)
+        for r, p in enumerate(prompts):
+            ids[r, t - len(p) :] = torch.tensor(p)
+            mask[r, t - len(p) :] = 1
         ids, mask = ids.to(device), mask.to(device)
         position_ids = (mask.cumsum(-1) - 1).clamp_(min=0)
         # DynamicCache picks each layer's kind from the config (full or sliding-window attention).
@@ -146,13 +160,19 @@ class HFEngine:
         ).logits[:, -1]
         return cache, mask, logits
 
-    def _decode_chunk(self, prompts, chunk: list[tuple[int, int]], params: SamplingParams) -> list[Sample]:
-        """Decode S sequences (prompt index, sample index); finished rows leave the batch."""
+    def _decode_chunk(self, chunk: list[tuple[object, list[int], int]], params: SamplingParams) -> list[Sample]:
+        """Decode S sequences (prompt key, prompt ids, row seed); a prompt's sequences share one
+        prefill; finished rows leave the batch."""
         model = self._model
-        uniq = list(dict.fromkeys(i for i, _ in chunk))
-        cache, mask, logits = self._prefill(prompts, uniq)
+        row_of: dict[object, int] = {}  # prompt key -> its row in the prefill
+        uniq: list[list[int]] = []
+        for key, ids, _ in chunk:
+            if key not in row_of:
+                row_of[key] = len(uniq)
+                uniq.append(ids)
+        cache, mask, logits = self._prefill(uniq)
         device = mask.device
-        expand = torch.tensor([uniq.index(i) for i, _ in chunk], device=device)  # [S] -> prompt row
+        expand = torch.tensor([row_of[key] for key, _, _ in chunk], device=device)  # [S] -> prompt row
         cache.batch_select_indices(expand)
         mask, logits = mask[expand], logits[expand]
         position = mask.sum(-1)  # [S] next position of each row (real tokens so far)
@@ -160,9 +180,8 @@ class HFEngine:
             uniforms = torch.zeros(len(chunk), params.max_new_tokens)
         else:  # each sequence's stream depends only on its own (seed, prompt, sample) indices
             uniforms = torch.stack([
-                torch.rand(params.max_new_tokens, generator=torch.Generator().manual_seed(
-                    row_seed(params.seed, i, j)), dtype=torch.float64)
-                for i, j in chunk
+                torch.rand(params.max_new_tokens, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+                for _, _, seed in chunk
             ])  # [S, max_new_tokens]
         uniforms = uniforms.to(device)
         live = list(range(len(chunk)))

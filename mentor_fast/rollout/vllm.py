@@ -44,7 +44,7 @@ from types import SimpleNamespace
 import torch
 
 from mentor_fast.config import RolloutConfig
-from mentor_fast.rollout.base import EngineError, SamplingParams, check_request
+from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
 from mentor_fast.rollout.hf import eos_token_ids, row_seed
 from mentor_fast.types import Sample
 
@@ -203,16 +203,24 @@ class VLLMEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  tag: str = "initial") -> list[list[Sample]]:
         """tag: which prefix-cache hit-rate counter this call feeds ("initial", "reroll", ...)."""
+        return self.generate_many([(prompts, params)], tag=tag)[0]
+
+    def generate_many(self, requests: list[Request], tag: str = "initial") -> list[list[list[Sample]]]:
+        """Several requests in one `LLM.generate` call (one schedule, one batch); each prompt keeps
+        the seed its own `generate` call would give it."""
         llm = self._live()
-        self._check(prompts, params)
-        if not prompts:
-            return []
+        for prompts, params in requests:
+            self._check(prompts, params)
+        check_mergeable(requests)
+        flat = [(p, params, i) for prompts, params in requests for i, p in enumerate(prompts)]
+        if not flat:
+            return [[] for _ in requests]
         from vllm.inputs import TokensPrompt
 
         before = self._cache_counters()
         try:
-            outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                [self._sampling_params(params, i) for i in range(len(prompts))],
+            outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p, _, _ in flat],
+                                [self._sampling_params(params, i) for _, params, i in flat],
                                 use_tqdm=False)
         except Exception as e:
             dead = type(e).__name__ == "EngineDeadError"
@@ -222,7 +230,8 @@ class VLLMEngine:
                               + ("; the engine died and was closed" if dead else "")) from e
         after = self._cache_counters()
         self._count(tag, after[0] - before[0], after[1] - before[1])
-        return [self._samples(out, params.n) for out in outs]
+        samples = iter([self._samples(out, params.n) for out, (_, params, _) in zip(outs, flat)])
+        return [[next(samples) for _ in prompts] for prompts, _ in requests]
 
     def update_weights(self, model: torch.nn.Module, version: int, timeout_s: float | None = None) -> None:
         """Push `model`'s weights; afterwards generations use them and `policy_version == version`."""
