@@ -55,6 +55,7 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
     import torch
 
     from mentor_fast.data import PromptBuilder, build_source
+    from mentor_fast.mentor.reference import cold_hint
     from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
 
     torch.manual_seed(seed)
@@ -72,7 +73,7 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
         n_hinted = round(args.sft_batch * args.sft_hinted_frac) if hinted else 0
         problems = [(p, None) for p in source.batch(step, args.sft_batch - n_hinted)]
         if n_hinted:
-            problems += [(p, _reference_hint(p, 2 + k % 2)) for k, p in enumerate(hinted.batch(step, n_hinted))]
+            problems += [(p, cold_hint(p, 2 + k % 2)) for k, p in enumerate(hinted.batch(step, n_hinted))]
         for p, hint in problems:
             target = "\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}."
             rows.append((builder.encode(p, hint),
@@ -108,19 +109,6 @@ def _hinted_source(args, seed: int):
     if args.sft_hinted_level == args.jump_level or str(args.sft_hinted_level) in args.easy_levels.split(","):
         raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
     return build_source(load_config([], [f"data.levels=[{args.sft_hinted_level}]"]).data, seed + 2000)
-
-
-def _reference_hint(problem, level: int) -> str:
-    """The reference backend's hint for a problem whose attempts wrote nothing useful."""
-    from mentor_fast.mentor.diagnosis import FailureCase
-    from mentor_fast.mentor.reference import ReferenceMentor
-    from mentor_fast.types import Rollout
-
-    empty = Rollout(problem=problem, group_id=0, prompt_ids=[], completion_ids=[], sampler_logprobs=[],
-                    text="", finish_reason="stop", policy_version=0)
-    case = FailureCase(problem=problem, attempts=[empty], group_size=1, answers={})
-    mentor = ReferenceMentor()
-    return mentor.hint(case, mentor.diagnose([case])[0], level)
 
 
 def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:

@@ -41,6 +41,22 @@ def _cut(text: str) -> str:
     return text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + "..."
 
 
+class HintedPrompts:
+    """A prompt builder whose prompts carry the reference mentor's cold hint of one level (a stock
+    hint of that level where the data has no worked solution)."""
+
+    def __init__(self, builder, level: int):
+        from mentor_fast.mentor.reference import cold_hint
+
+        self.builder, self.level, self._hint = builder, level, cold_hint
+
+    def encode(self, problem: Problem) -> list[int]:
+        return self.builder.encode(problem, self._hint(problem, self.level))
+
+    def decode_completion(self, ids: list[int]) -> str:
+        return self.builder.decode_completion(ids)
+
+
 def _encode(builder, problems: Sequence[Problem], max_prompt: int) -> tuple[list[Problem], list[list[int]], int]:
     """Prompt ids per problem; problems whose prompt does not fit are skipped and counted."""
     kept, prompts, skipped = [], [], 0
@@ -183,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None,
                    help="number of problems (default: data.eval_size for the ladder, the whole file for "
                         "JSONL; 0: the whole file)")
+    p.add_argument("--hint-level", type=int, choices=(1, 2, 3), default=None,
+                   help="put the reference mentor's hint of this level (from the worked solution, before any "
+                        "attempt) in every prompt: how much a level helps this policy (default: no hint)")
     p.add_argument("--out", default=None, help="output folder (default: OUTPUT_DIR/eval)")
     p.add_argument("--checkpoint", default=None,
                    help="HF model folder or a trainer checkpoint folder (its policy/); default model.path")
@@ -248,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     model = load_policy(weights, cfg.model.dtype, cfg.model.attn_implementation) if cfg.rollout.engine == "hf" else None
     engine = make_engine(cfg.rollout, model, tokenizer, weights, cfg.model.dtype, cfg.seed)
     builder = PromptBuilder.from_config(tokenizer, cfg.data)
+    if args.hint_level is not None:
+        builder = HintedPrompts(builder, args.hint_level)
     out = Path(args.out or Path(cfg.output_dir) / "eval")
     out.mkdir(parents=True, exist_ok=True)
     r = cfg.rollout

@@ -136,3 +136,21 @@ def test_cli_writes_summary_and_problems(tiny_model_path, tmp_path, capsys):
     assert summary["count"] == len(records) == 2 and summary["ks"] == [1, 2] and "greedy_acc" in summary
     assert {r["level"] for r in records} == {1} and all(len(r["completions"]) == 2 for r in records)
     assert "pass@2" in capsys.readouterr().out
+
+
+def test_hinted_prompts_carry_the_level_hint_and_never_the_answer(tiny_model_path):
+    """`mentor-fast eval --hint-level L`: each prompt ends its user turn with the reference
+    mentor's level-L hint for the first solution step (level 3 states that step's result)."""
+    from mentor_fast.evaluate import HintedPrompts
+    from mentor_fast.mentor import leaks_answer
+
+    tok = load_tokenizer(tiny_model_path)
+    builder = PromptBuilder(tok, "Answer in \\boxed{}.", max_prompt_tokens=10_000)
+    problem = build_source(DataConfig(levels=[3]), 0).eval_problems(1, levels=[3])[0]
+    first, last = problem.solution_steps
+    plain = tok.decode(builder.encode(problem))
+    for level in (1, 2, 3):
+        text = tok.decode(HintedPrompts(builder, level).encode(problem))
+        hint = text[len(plain) - len("<|im_end|>\n<|im_start|>assistant\n") :]
+        assert first.split(" = ")[0] in hint and not leaks_answer(hint, problem.gold)
+        assert (first.split(" = ")[1] in hint) == (level == 3), (level, hint)

@@ -19,6 +19,7 @@ from mentor_fast.mentor.agents import Failed
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis, FailureCase
 from mentor_fast.mentor.numbers import find_numbers, normalize_math_text, result_after_equals
+from mentor_fast.types import Problem, Rollout
 
 _OPS = {"+": "an addition", "-": "a subtraction", "*": "a multiplication", "/": "a division"}
 _WORD_OPS = {
@@ -213,3 +214,15 @@ class ReferenceMentor:
                 break
             items.append(item)
         return items
+
+
+def cold_hint(problem: Problem, level: int) -> str:
+    """The reference backend's level-`level` hint for `problem` before any attempt was seen: the
+    hint a group gets whose attempts wrote no intermediate result, so the first solution step is
+    the one pointed at. Used to teach hint-following and to measure how much a level helps."""
+    empty = Rollout(problem=problem, group_id=0, prompt_ids=[], completion_ids=[], sampler_logprobs=[],
+                    text="", finish_reason="stop", policy_version=0)
+    case = FailureCase(problem=problem, attempts=[empty], group_size=1, answers={})
+    mentor = ReferenceMentor()
+    return mentor.hint(case, mentor.diagnose([case])[0], level)
+
