@@ -12,6 +12,10 @@ final policies are evaluated on held-out problems of the jumped level without hi
 DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/collapse.png
 (the initial-rollout all-fail fraction against the step, both arms).
 
+MENTOR's knobs: --mentor-start-level (default 3: on the warmed-up 135M model only the level-3 hint
+gets any re-roll right; measure it with `mentor-fast eval --hint-level`), --mentor-rounds,
+--mentor-rerolls, --mentor-loss-mode. --reuse picks up what an earlier run left in DIR.
+
 post_jump_all_fail_frac: mean over post-jump steps of the fraction of groups whose *initial*,
 unhinted rollouts all fail (MENTOR's re-rolls never enter it). heldout_acc_no_hint: sampled
 pass@1 on held-out jumped-level problems, no hint anywhere in the prompt.
@@ -188,15 +192,18 @@ def main() -> None:
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--post-lr", type=float, default=None, help="learning rate after the jump (default: --lr)")
     p.add_argument("--loss-impl", default="fused")
     p.add_argument("--mentor-async", default="true")
     p.add_argument("--mentor-start-level", type=int, default=3,
                    help="first hint level; the warmed-up 135M model is rescued only by level 3 (see README)")
+    p.add_argument("--mentor-loss-mode", default="replace", choices=("replace", "group", "transfer"))
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=4)
-    p.add_argument("--reuse-start", action="store_true",
-                   help="reuse what an earlier run with the same seed and warm-up flags left in DIR/seedN: "
-                        "the GRPO warm-up's final checkpoint, else the supervised warm-up's policy")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse what an earlier run with the same flags left in DIR/seedN: a finished arm "
+                        "(its arm_summary.json), the GRPO warm-up's final checkpoint, else the supervised "
+                        "warm-up's policy (copy only what the flags you change leave valid)")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
@@ -214,9 +221,9 @@ def main() -> None:
         base = out / f"seed{seed}"
         pre = base / "warmup"
         start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
-        if not (args.reuse_start and (start / "config.json").exists()):
+        if not (args.reuse and (start / "config.json").exists()):
             sft = base / "sft" / "policy"
-            if args.reuse_start and (sft / "config.json").exists():
+            if args.reuse and (sft / "config.json").exists():
                 start_model = sft
             else:
                 start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
@@ -227,16 +234,21 @@ def main() -> None:
             "vanilla": ["mentor.enable=false"],
             "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
                        f"mentor.start_level={args.mentor_start_level}", f"mentor.max_rounds={args.mentor_rounds}",
-                       f"mentor.rerolls={args.mentor_rerolls}"],
+                       f"mentor.rerolls={args.mentor_rerolls}", f"mentor.loss_mode={args.mentor_loss_mode}"],
         }
         for arm, extra in arms.items():
+            done = base / arm / "arm_summary.json"
+            if args.reuse and done.exists():
+                per_arm[arm].append(json.loads(done.read_text()))
+                continue
             t0 = time.time()
             run = train(_common(args, base / arm, seed) + extra + [
-                f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"])
+                f"optim.lr={args.post_lr or args.lr}", f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"])
             wall = time.time() - t0
             final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
             per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
+            done.write_text(json.dumps(per_arm[arm][-1]))
     summary: dict = {"setup": vars(args)}
     for arm, seeds in per_arm.items():
         keys = [k for k in seeds[0] if k != "curve"]

@@ -34,6 +34,9 @@ VARIANTS: dict[str, list[str]] = {
     "fused_bf16": ["loss.impl=fused", "model.autocast_bf16=true", *FULL],
     "mentor_async_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=true", *FULL],
     "mentor_sync_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=false", *FULL],
+    # MENTOR with the defaults, and with its first re-roll round in a generate call of its own
+    "mentor_async_fp32": ["mentor.enable=true", "mentor.async=true"],
+    "mentor_async_unmerged_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.merge_rerolls=false"],
 }
 # TRL's GRPOTrainer through the anchor script (../shared/bench/trl_grpo_cpu.py, run from its own
 # virtualenv with --trl-python/--trl-script), alternated with ours on the same machine state.

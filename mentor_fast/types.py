@@ -64,6 +64,9 @@ class Rollout:
     verifier_note: str = ""  # e.g. "extracted 12, expected 15", "no \\boxed answer", "truncated"
     origin: Origin = "initial"
     hint: Hint | None = None
+    behaviour_prompt_ids: list[int] | None = None  # the context the sampler saw, when the loss uses
+    # another (mentor.loss_mode=transfer: sampled under q + hint, trained under q); sampler_logprobs
+    # are under this context
 
     @property
     def truncated(self) -> bool:

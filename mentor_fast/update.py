@@ -74,8 +74,10 @@ class PolicyUpdater:
         autocast_bf16: bool = False,
         ref_model: torch.nn.Module | None = None,
         seed: int = 0,
+        transfer_is_cap: float = 1.0,
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.transfer_is_cap = transfer_is_cap
         self.loss_cfg, self.trainer_cfg, self.optim_cfg = loss_cfg, trainer_cfg, optim_cfg
         self.temperature, self.max_new_tokens, self.pad_id = temperature, max_new_tokens, pad_id
         self.autocast_bf16 = autocast_bf16
@@ -216,13 +218,17 @@ class PolicyUpdater:
         None: pi_old is the sampler's log-prob of each token (the behaviour policy; on the HF engine in
         fp32 it equals the trainer's to ~1e-5, see `rollout/logp_mismatch`), so no separate forward
         is spent on it. Rollouts sampled by an older policy version (async mentor re-rolls) always
-        use their sampler log-probs.
+        use their sampler log-probs. Transfer re-rolls (trained in another context than they were
+        sampled in) always get pi_old recomputed in their training context, here if need be.
         """
         cfg = self.loss_cfg
         sums: dict[str, torch.Tensor] = {}
         grad_norms = []
         stale = batch.policy_versions < current_version
         computed = set(self.trainable(batch))
+        moved = [i for i in sorted(computed) if _moved(batch, i) and (old_logp is None or i not in old_logp)]
+        if moved:
+            old_logp = {**(old_logp or {}), **self.logprobs(self.model, batch, moved)}
         for _epoch in range(self.trainer_cfg.ppo_epochs):
             for mini in split_mini_batches(batch.num_seqs, self.trainer_cfg.mini_batches, self.generator):
                 # the weights see the whole mini-batch, skipped sequences included
@@ -262,18 +268,22 @@ class PolicyUpdater:
         sampler = torch.cat([batch.sampler_logprobs(i) for i in plan])
         # The behaviour policy is what sampled the tokens: without a recomputed old pass (one
         # optimizer step per batch) and for stale async re-rolls, pi_old is the sampler's log-prob.
-        old = torch.cat([old_logp[i] if old_logp is not None and not stale[i] else batch.sampler_logprobs(i)
-                         for i in plan])
+        old = torch.cat([
+            old_logp[i] if old_logp is not None and i in old_logp and (not stale[i] or _moved(batch, i))
+            else batch.sampler_logprobs(i)
+            for i in plan
+        ])
+        is_w = self._is_weights(batch, plan, old, sampler)
         ref = None
         if cfg.beta > 0:
             ref_all = self.logprobs(self.ref_model, batch, plan)
             ref = torch.cat([ref_all[i] for i in plan]).to(device)
         w, adv, sampler, old = (t.to(device=device, dtype=torch.float32) for t in (w, adv, sampler, old))
+        is_w = is_w.to(device) if is_w is not None else None
 
         if self._fused is not None:
-            return self._fused_micro_step(mb, w, adv, sampler, old, ref)
+            return self._fused_micro_step(mb, w, adv, sampler, old, ref, is_w)
         logp, entropy = self._logp(self.model, mb, with_entropy=True)
-        is_w = self._is_weights(old, sampler)
         out = policy_loss(
             logp, old, adv, w, cfg, ref_logp=ref, is_weights=is_w,
             seq_index=mb.seq_index, num_seqs=len(plan), entropy=entropy,
@@ -285,26 +295,31 @@ class PolicyUpdater:
         metrics["rollout/logp_mismatch"] = ((logp.detach() - sampler).abs() * active).sum()
         return metrics
 
-    def _is_weights(self, old: torch.Tensor, sampler: torch.Tensor) -> torch.Tensor | None:
-        """Truncated IS between the trainer's recomputed pi_old and the sampler (engine mismatch);
-        it is 1 where pi_old already is the sampler's log-prob."""
-        if self.loss_cfg.is_cap <= 0:
+    def _is_weights(self, batch: TrainBatch, plan: list[int], old: torch.Tensor,
+                    sampler: torch.Tensor) -> torch.Tensor | None:
+        """Truncated IS weights min(pi_old / mu, cap) per token, mu the sampler's log-prob. For a
+        transfer re-roll the ratio carries the context shift (q vs q + hint; cap
+        mentor.transfer_is_cap); otherwise the engine mismatch (cap loss.is_cap; 0: no correction).
+        The weight is 1 where pi_old is the sampler's log-prob."""
+        caps = [self.transfer_is_cap if _moved(batch, i) else self.loss_cfg.is_cap for i in plan]
+        if not any(c > 0 for c in caps):
             return None
-        return (old - sampler).exp().clamp(max=self.loss_cfg.is_cap)
+        cap = torch.repeat_interleave(torch.tensor(caps, dtype=torch.float32), batch.completion_lens[plan])
+        ratio = (old - sampler).exp()
+        return torch.where(cap > 0, torch.minimum(ratio, cap), torch.ones_like(ratio))
 
-    def _fused_micro_step(self, mb, w, adv, sampler, old, ref):
+    def _fused_micro_step(self, mb, w, adv, sampler, old, ref, is_w):
         """The same objective through mentor_fast.kernels.grpo_loss: no [N, V] logits, the logits
         gradient formed in the forward pass (3 LM-head matmuls instead of 4)."""
         cfg = self.loss_cfg
         weight = self.model.get_output_embeddings().weight
-        is_w = self._is_weights(old, sampler)
         with torch.autocast(mb.hidden.device.type, enabled=False):
             out = self._fused(
                 mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
                 seq_ids=mb.seq_index, loss_type="gspo" if cfg.ratio_level == "sequence" else "dapo",
                 eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
                 temperature=self.temperature, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
-                entropy_coef=cfg.entropy_coef, is_cap=cfg.is_cap,
+                entropy_coef=cfg.entropy_coef, is_cap=0.0,  # is_w arrives truncated
             )
         out.loss.backward()
         active = (w != 0).float()
@@ -333,6 +348,11 @@ class PolicyUpdater:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm.detach().float().cpu()
+
+
+def _moved(batch: TrainBatch, i: int) -> bool:
+    """A transfer re-roll: trained in another context than the one it was sampled in."""
+    return batch.rollouts[i].behaviour_prompt_ids is not None
 
 
 def _accumulate(sums: dict[str, torch.Tensor], metrics: dict[str, torch.Tensor]) -> None:

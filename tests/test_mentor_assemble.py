@@ -1,4 +1,4 @@
-"""Batch assembly after MENTOR: replace and group modes, and the invariants that guard them."""
+"""Batch assembly after MENTOR: replace, group and transfer modes, and the invariants that guard them."""
 
 import dataclasses
 
@@ -74,6 +74,20 @@ def test_replace_is_deterministic_per_seed(batch):
     assert len(set(positions.values())) > 1  # the replaced failure is chosen at random
 
 
+def test_transfer_trains_the_success_under_the_original_prompt(batch):
+    fail, mixed = batch
+    rs = [reroll(fail, WRONG, 1, False), reroll(fail, RIGHT, 2, True)]
+    replaced = assemble_groups([fail, mixed], {10: rs}, "replace", seed=3)[0]
+    out = assemble_groups([fail, mixed], {10: rs}, "transfer", seed=3)
+    assert out[1] is mixed and out[0].group_id == 10 and out[0].num_correct == 1
+    (moved,) = [r for r in out[0].rollouts if r.origin == "mentor"]
+    assert moved.prompt_ids == fail.prompt_ids  # trained under q ...
+    assert moved.behaviour_prompt_ids == rs[1].prompt_ids  # ... sampled under q + h, as recorded
+    assert moved.sampler_logprobs == rs[1].sampler_logprobs and moved.completion_ids == rs[1].completion_ids
+    assert [r.origin for r in out[0].rollouts] == [r.origin for r in replaced.rollouts]  # same slot
+    assert rs[1].behaviour_prompt_ids is None and rs[1].prompt_ids != fail.prompt_ids  # input untouched
+
+
 def test_group_mode_swaps_in_the_hinted_group(batch):
     fail, mixed = batch
     rs = [
@@ -95,8 +109,8 @@ def test_input_errors(batch):
     fail, mixed = batch
     with pytest.raises(ValueError, match="not in the batch"):
         assemble_groups([fail], {99: []}, "replace")
-    with pytest.raises(NotImplementedError, match="transfer"):
-        assemble_groups([fail], {}, "transfer")
+    with pytest.raises(NotImplementedError, match="shaping"):
+        assemble_groups([fail], {}, "shaping")
     with pytest.raises(ValueError):
         assemble_groups([fail], {}, "no-such-mode")
     wrong_id = dataclasses.replace(reroll(fail, RIGHT, 1, True), group_id=11)

@@ -157,3 +157,50 @@ def test_shared_plan_counts_each_prompt_once():
         u = len({prompt_index[i] for i in plan})
         assert u * 10 + len(plan) * max(clens[i] for i in plan) <= 44 or len(plan) == 1
     assert plans[0] == [0, 1, 2]  # 2 * 10 + 3 * 8 = 44 fits; a fourth row would not
+
+
+def test_transfer_rerolls_are_weighted_by_pi_old_under_q_over_the_hinted_sampler(tiny_model_path):
+    """mentor.loss_mode=transfer: a re-roll sampled under q + h is trained under q. pi_old is
+    recomputed under q (a plain forward over q + completion gives the same numbers), and each token's
+    IS weight is min(pi_old(y|q) / mu(y|q + h), transfer_is_cap); other sequences get weight 1."""
+    import dataclasses
+
+    upd = _updater(tiny_model_path)
+    upd.transfer_is_cap = 1.0
+    groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    hinted = groups[0].rollouts[-1]
+    q = groups[0].prompt_ids
+    with torch.no_grad():  # pi_old(y|q) from a plain forward, to build mu on both sides of the cap
+        logits = upd.model(input_ids=torch.tensor([q + hinted.completion_ids])).logits[0].float()
+        want_old = torch.log_softmax(logits, -1)[len(q) - 1 : -1].gather(
+            -1, torch.tensor(hinted.completion_ids)[:, None]).squeeze(-1)
+    shift = torch.tensor([2.0 if t % 2 else -2.0 for t in range(len(hinted.completion_ids))])
+    moved = dataclasses.replace(hinted, prompt_ids=list(q), behaviour_prompt_ids=hinted.prompt_ids,
+                                sampler_logprobs=(want_old + shift).tolist())
+    groups[0].rollouts[-1] = moved
+    batch = build_train_batch(groups, AdvantageConfig())
+    seen = []
+    real = upd._is_weights
+
+    def spy(batch, plan, old, sampler):
+        out = real(batch, plan, old, sampler)
+        seen.append((plan, old.clone(), out))
+        return out
+
+    upd._is_weights = spy
+    upd.update(batch, None, current_version=0)
+    k = batch.rollouts.index(moved)
+    lens = batch.completion_lens.tolist()
+    for plan, old, is_w in seen:
+        if is_w is None:  # a micro-batch without the transfer re-roll: no correction at all
+            assert k not in plan
+            continue
+        offsets = dict(zip(plan, [sum(lens[i] for i in plan[:j]) for j in range(len(plan))]))
+        for i in plan:
+            sl = slice(offsets[i], offsets[i] + lens[i])
+            if i == k:  # recomputed under q (not taken from mu); e^-2 kept, e^2 capped at 1
+                assert torch.allclose(old[sl], want_old, atol=1e-4)
+                assert torch.allclose(is_w[sl], torch.exp(-shift).clamp(max=1.0), atol=1e-4)
+            else:
+                assert torch.all(is_w[sl] == 1.0)
+    assert k in [i for plan, _, _ in seen for i in plan]

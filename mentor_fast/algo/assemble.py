@@ -8,7 +8,13 @@ group that goes into the loss:
 - group: the group's G rollouts are replaced by the G re-rolls of one hinted round (context q + h).
   The re-roll count must be G. The group id is kept (the old rollouts are gone, so no two contexts
   share a baseline).
-- transfer, shaping: reserved names (ablations), not implemented yet.
+- transfer: as replace, but the inserted re-roll is trained in the original context q, without
+  the hint (`prompt_ids` = q; `behaviour_prompt_ids` keeps q + h, under which it was sampled). The
+  update weighs each of its tokens by min(pi_old(y_t | q) / mu(y_t | q + h), mentor.transfer_is_cap),
+  so tokens the hint made likely (a copied intermediate result) count for little, and tokens the
+  policy would write anyway count fully (Guide-GRPO's re-weighting toward the no-hint context;
+  research/algorithm.md 2.9, mode X).
+- shaping: a reserved name (LUFFY-style policy shaping), not implemented yet.
 
 Loss mask: prompt tokens, the hint included, are never in the loss. Every Rollout carries its
 whole context in `prompt_ids`, and the trainer masks everything in `prompt_ids`, so no extra
@@ -21,6 +27,7 @@ correct count equals the number of inserted successes, inserted rollouts carry t
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
@@ -55,6 +62,16 @@ def assemble_replace(
     return Group(group.group_id, group.problem, group.prompt_ids, rollouts), successes[:k]
 
 
+def assemble_transfer(
+    group: Group, rerolls: list[Rollout], max_replace: int, rng: random.Random
+) -> tuple[Group, list[Rollout]]:
+    new, inserted = assemble_replace(group, rerolls, max_replace, rng)
+    moved = {id(r): dataclasses.replace(r, prompt_ids=list(group.prompt_ids), behaviour_prompt_ids=list(r.prompt_ids))
+             for r in inserted}
+    rollouts = [moved.get(id(r), r) for r in new.rollouts]
+    return Group(group.group_id, group.problem, group.prompt_ids, rollouts), list(moved.values())
+
+
 def assemble_group(
     group: Group, rerolls: list[Rollout], max_replace: int, rng: random.Random
 ) -> tuple[Group, list[Rollout]]:
@@ -76,6 +93,7 @@ def assemble_group(
 ASSEMBLERS: dict[LossMode, Assembler] = {
     LossMode.REPLACE: assemble_replace,
     LossMode.GROUP: assemble_group,
+    LossMode.TRANSFER: assemble_transfer,
 }
 
 

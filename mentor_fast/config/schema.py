@@ -203,8 +203,9 @@ class MentorConfig:
     """Run MENTOR on groups whose initial rollouts all fail."""
     backend: Literal["reference", "self", "local", "openai"] = "reference"
     """Who writes the diagnosis and hint."""
-    loss_mode: Literal["replace", "group"] = "replace"
-    """replace: successful re-rolls replace failures of the group; group: the group is re-rolled."""
+    loss_mode: Literal["replace", "group", "transfer"] = "replace"
+    """replace: successful re-rolls replace failures of the group, trained under q + hint; group: the
+    group is re-rolled; transfer: as replace, trained under q with truncated IS (transfer_is_cap)."""
     rerolls: int = 4
     """M: re-rolls per group per round (loss_mode=group uses G)."""
     max_rounds: int = 2
@@ -212,7 +213,9 @@ class MentorConfig:
     start_level: int = 1
     """First hint level (1 pointer, 2 plan, 3 concrete first step)."""
     max_replace: int = 1
-    """Successful re-rolls inserted per rescued group (replace mode)."""
+    """Successful re-rolls inserted per rescued group (replace and transfer modes)."""
+    transfer_is_cap: float = 1.0
+    """loss_mode=transfer: cap on each token's weight pi_old(y|q) / mu(y|q + hint)."""
     max_groups_frac: float = 0.5
     """Share of a step's groups the mentor may take."""
     surge_groups_frac: float = 1.0
