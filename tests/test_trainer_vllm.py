@@ -30,9 +30,13 @@ def test_tiny_run_on_vllm_with_mentor(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3]
     for row in rows:
         assert row["timing_s/weight_sync"] > 0
-        assert "rollout/prefix_cache_hit_rate/initial" in row
+        assert "rollout/prefix_cache_hit_rate" in row
         assert "rollout/logp_mismatch" in row and row["rollout/logp_mismatch"] < 1e-2
+    assert "rollout/prefix_cache_hit_rate/initial" in rows[0]
     assert "mentor/triggered" in rows[1] and rows[1]["mentor/rerolls"] >= 2
+    # async: the first re-roll round shares step 2's initial call, the escalated round has its own
+    assert rows[1]["mentor/merged_rerolls"] >= 2
+    assert "rollout/prefix_cache_hit_rate/initial+reroll" in rows[1]
     assert "rollout/prefix_cache_hit_rate/reroll" in rows[1]
 
 
