@@ -228,13 +228,15 @@ def main() -> None:
             else:
                 start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
             train(_common(args, pre, seed) + [
-                f"model.path={start_model}", f"data.levels=[{args.easy_levels}]", f"trainer.max_steps={args.pre_steps}"])
+                f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
+                f"trainer.max_steps={args.pre_steps}"])
         pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
         arms = {
             "vanilla": ["mentor.enable=false"],
             "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
-                       f"mentor.start_level={args.mentor_start_level}", f"mentor.max_rounds={args.mentor_rounds}",
-                       f"mentor.rerolls={args.mentor_rerolls}", f"mentor.loss_mode={args.mentor_loss_mode}"],
+                       f"mentor.start_level={args.mentor_start_level}",
+                       f"mentor.max_rounds={args.mentor_rounds}", f"mentor.rerolls={args.mentor_rerolls}",
+                       f"mentor.loss_mode={args.mentor_loss_mode}"],
         }
         for arm, extra in arms.items():
             done = base / arm / "arm_summary.json"
@@ -243,7 +245,8 @@ def main() -> None:
                 continue
             t0 = time.time()
             run = train(_common(args, base / arm, seed) + extra + [
-                f"optim.lr={args.post_lr or args.lr}", f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"])
+                f"optim.lr={args.post_lr or args.lr}", f"model.path={start}",
+                f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"])
             wall = time.time() - t0
             final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mentor_fast.data import PromptTooLong
+from mentor_fast.mentor.reference import cold_hint
 from mentor_fast.rollout.base import RolloutEngine, SamplingParams
 from mentor_fast.types import Problem, Sample
 
@@ -46,12 +47,10 @@ class HintedPrompts:
     hint of that level where the data has no worked solution)."""
 
     def __init__(self, builder, level: int):
-        from mentor_fast.mentor.reference import cold_hint
-
-        self.builder, self.level, self._hint = builder, level, cold_hint
+        self.builder, self.level = builder, level
 
     def encode(self, problem: Problem) -> list[int]:
-        return self.builder.encode(problem, self._hint(problem, self.level))
+        return self.builder.encode(problem, cold_hint(problem, self.level))
 
     def decode_completion(self, ids: list[int]) -> str:
         return self.builder.decode_completion(ids)

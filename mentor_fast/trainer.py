@@ -189,13 +189,8 @@ class Trainer:
 
     def generate_many(self, requests: list[Request], tag: str = "initial") -> list[list[list[Sample]]]:
         """Engines that count prefix-cache hits per phase (vLLM) get told which phase this is."""
-        non_empty = [k for k, (prompts, _) in enumerate(requests) if prompts]
         kwargs = {"tag": tag} if hasattr(self.engine, "pop_metrics") else {}
-        done = generate_many(self.engine, [requests[k] for k in non_empty], **kwargs) if non_empty else []
-        out: list[list[list[Sample]]] = [[] for _ in requests]
-        for k, samples in zip(non_empty, done):
-            out[k] = samples
-        return out
+        return generate_many(self.engine, requests, **kwargs)
 
     def _reroll_generate(self, prompts, params):
         return self.generate_many([(prompts, params)], tag="reroll")[0]
@@ -272,7 +267,8 @@ class Trainer:
         if hints is not None and cfg.mentor.merge_rerolls:
             request = self.mentor.first_round(hints.interventions, self.sampling(hints.step, 1))
             metrics["mentor/merged_rerolls"] = float(len(request.prompts) * request.params.n)
-        groups, extra = self.rollout(problems, step, metrics, [(request.prompts, request.params)] if request else [])
+        extra_requests = [(request.prompts, request.params)] if request else []
+        groups, extra = self.rollout(problems, step, metrics, extra_requests)
         metrics.update(group_metrics(groups))  # the initial rollouts, before the mentor
         if self.mentor is not None:
             groups = self.mentor_step(groups, step, metrics, hints, (request, extra[0]) if request else None)

@@ -66,8 +66,12 @@ def assemble_transfer(
     group: Group, rerolls: list[Rollout], max_replace: int, rng: random.Random
 ) -> tuple[Group, list[Rollout]]:
     new, inserted = assemble_replace(group, rerolls, max_replace, rng)
-    moved = {id(r): dataclasses.replace(r, prompt_ids=list(group.prompt_ids), behaviour_prompt_ids=list(r.prompt_ids))
-             for r in inserted}
+    moved = {
+        id(r): dataclasses.replace(
+            r, prompt_ids=list(group.prompt_ids), behaviour_prompt_ids=list(r.prompt_ids)
+        )
+        for r in inserted
+    }
     rollouts = [moved.get(id(r), r) for r in new.rollouts]
     return Group(group.group_id, group.problem, group.prompt_ids, rollouts), list(moved.values())
 

@@ -225,4 +225,3 @@ def cold_hint(problem: Problem, level: int) -> str:
     case = FailureCase(problem=problem, attempts=[empty], group_size=1, answers={})
     mentor = ReferenceMentor()
     return mentor.hint(case, mentor.diagnose([case])[0], level)
-

@@ -126,7 +126,8 @@ class HFEngine:
                 size = max(1, self._cfg.hf_batch_size)
                 for start in range(0, len(rows), size):
                     chunk = rows[start : start + size]
-                    seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, i, j)) for k, i, j in chunk]
+                    seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, i, j))
+                            for k, i, j in chunk]
                     for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared)):
                         out[k][i][j] = sample
         finally:
@@ -160,11 +161,12 @@ class HFEngine:
         ).logits[:, -1]
         return cache, mask, logits
 
-    def _decode_chunk(self, chunk: list[tuple[object, list[int], int]], params: SamplingParams) -> list[Sample]:
+    def _decode_chunk(self, chunk: list[tuple[tuple[int, int], list[int], int]],
+                      params: SamplingParams) -> list[Sample]:
         """Decode S sequences (prompt key, prompt ids, row seed); a prompt's sequences share one
         prefill; finished rows leave the batch."""
         model = self._model
-        row_of: dict[object, int] = {}  # prompt key -> its row in the prefill
+        row_of: dict[tuple[int, int], int] = {}  # prompt key -> its row in the prefill
         uniq: list[list[int]] = []
         for key, ids, _ in chunk:
             if key not in row_of:
@@ -180,7 +182,8 @@ class HFEngine:
             uniforms = torch.zeros(len(chunk), params.max_new_tokens)
         else:  # each sequence's stream depends only on its own (seed, prompt, sample) indices
             uniforms = torch.stack([
-                torch.rand(params.max_new_tokens, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+                torch.rand(params.max_new_tokens, generator=torch.Generator().manual_seed(seed),
+                           dtype=torch.float64)
                 for _, _, seed in chunk
             ])  # [S, max_new_tokens]
         uniforms = uniforms.to(device)
