@@ -1,11 +1,11 @@
-# Two entry points (see README): `make demo` and `make test`. Both build .venv first.
+# Two entry points (see README): `make demo` and `make test` (ruff, then pytest). Both build .venv first.
 # torch must be installed before anything that depends on it, or pip resolves a multi-GB CUDA build.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?= -m "not slow and not gpu"
 
-.PHONY: venv demo test bench clean-venv
+.PHONY: venv demo lint test bench clean-venv
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,10 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml
 
-test: venv
+lint: venv
+	$(BIN)/ruff check .
+
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv

@@ -30,9 +30,9 @@ from kernel_peak_mem import VARIANTS, floor, make_inputs
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "kernels_cpu.jsonl"
-SHAPE = dict(n=2048, h=576, v=49152)
+SHAPE = {"n": 2048, "h": 576, "v": 49152}
 if os.environ.get("KERNEL_BENCH_TINY"):  # a quick smoke run of the harness itself
-    SHAPE = dict(n=256, h=64, v=4096)
+    SHAPE = {"n": 256, "h": 64, "v": 4096}
     RESULTS = RESULTS.with_name("kernels_cpu_tiny.jsonl")
 ROUNDS = int(os.environ.get("KERNEL_BENCH_ROUNDS", "5"))
 NV_FP32_MB = SHAPE["n"] * SHAPE["v"] * 4 / 2**20
@@ -53,9 +53,9 @@ def _hardware() -> dict:
         model = next(ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name"))
     except (OSError, subprocess.CalledProcessError, StopIteration):
         pass
-    return dict(cpu=model, cores=os.cpu_count(), threads=torch.get_num_threads(),
-                load_avg_1m=os.getloadavg()[0], torch=torch.__version__, triton=_version("triton"),
-                liger_kernel=_version("liger-kernel"), python=platform.python_version())
+    return {"cpu": model, "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+                "load_avg_1m": os.getloadavg()[0], "torch": torch.__version__, "triton": _version("triton"),
+                "liger_kernel": _version("liger-kernel"), "python": platform.python_version()}
 
 
 def _code_sha() -> str:
@@ -69,9 +69,9 @@ def _code_sha() -> str:
 def _peak_mem(variant: str) -> dict:
     cmd = [sys.executable, str(HERE / "kernel_peak_mem.py"), "--variant", variant]
     cmd += [f"--{k}={v}" for k, v in SHAPE.items()]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if res.returncode != 0:
-        return dict(peak_extra_mb=None, mem_error=res.stderr.strip().splitlines()[-1:])
+        return {"peak_extra_mb": None, "mem_error": res.stderr.strip().splitlines()[-1:]}
     mem = json.loads(res.stdout.strip().splitlines()[-1])
     return {k: mem[k] for k in ("peak_extra_mb", "first_call_peak_extra_mb")}
 

@@ -25,9 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_peak_mem import EPS_HIGH, EPS_LOW, fused, liger_compiled, naive  # noqa: E402
-
-from mentor_fast.kernels import grpo_loss_from_logits, token_logprobs, token_logprobs_ref  # noqa: E402
+from kernel_peak_mem import EPS_HIGH, EPS_LOW, fused, liger_compiled, naive
+from mentor_fast.kernels import grpo_loss_from_logits, token_logprobs, token_logprobs_ref
 
 BUDGET_S = 450.0  # stop starting new rows after this (the whole run must stay under 8 minutes)
 
@@ -40,8 +39,8 @@ def make_inputs(n, h, v, device, dtype, seqs=64, seed=0):
     old = token_logprobs(hid, w, y) + (torch.rand(n, generator=g).to(device) - 0.5) * 0.6
     adv_seq = torch.randn(seqs, generator=g).to(device)
     seq_ids = (torch.arange(n, device=device) * seqs) // n
-    return dict(hidden=hid, weight=w, targets=y, old_logp=old, adv_seq=adv_seq, seq_ids=seq_ids,
-                advantages=adv_seq[seq_ids], token_weights=torch.full((n,), 1.0 / n, device=device))
+    return {"hidden": hid, "weight": w, "targets": y, "old_logp": old, "adv_seq": adv_seq, "seq_ids": seq_ids,
+                "advantages": adv_seq[seq_ids], "token_weights": torch.full((n,), 1.0 / n, device=device)}
 
 
 def _sync(device):
@@ -68,7 +67,7 @@ def time_fn(fn, device, iters, warmup):
             fn()
             ms.append((time.perf_counter() - t) * 1e3)
     q = statistics.quantiles(ms, n=5) if len(ms) >= 5 else [min(ms)] * 4
-    return dict(median_ms=statistics.median(ms), p20_ms=q[0], p80_ms=q[3])
+    return {"median_ms": statistics.median(ms), "p20_ms": q[0], "p80_ms": q[3]}
 
 
 def peak_extra_gb(fn, device):
@@ -139,19 +138,19 @@ def main(argv=None) -> int:
         args.out = args.out.replace(".json", "_tiny.json")
     t0 = time.time()
     x = make_inputs(args.n, args.h, args.v, device, torch.bfloat16)
-    meta = dict(device=torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
-                n=args.n, h=args.h, v=args.v, dtype="bfloat16", iters=args.iters, torch=torch.__version__,
-                cuda=torch.version.cuda, python=platform.python_version())
+    meta = {"device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+                "n": args.n, "h": args.h, "v": args.v, "dtype": "bfloat16", "iters": args.iters, "torch": torch.__version__,
+                "cuda": torch.version.cuda, "python": platform.python_version()}
     results, extra = [], {}
     for name, fn, flops in rows(x, device, args, extra):
         if fn is None or time.time() - t0 > BUDGET_S:
-            results.append(dict(variant=name, skipped="time budget" if fn else "not applicable"))
+            results.append({"variant": name, "skipped": "time budget" if fn else "not applicable"})
             continue
         try:
             mem = peak_extra_gb(fn, device)
             t = time_fn(fn, device, args.iters, warmup=3)
         except Exception as e:  # noqa: BLE001 - e.g. Liger not installed: report it, keep going
-            results.append(dict(variant=name, skipped=f"{type(e).__name__}: {str(e)[:160]}"))
+            results.append({"variant": name, "skipped": f"{type(e).__name__}: {str(e)[:160]}"})
             continue
         results.append(dict(variant=name, **t, peak_extra_gb=mem, tflops=flops / (t["median_ms"] * 1e9),
                             gbps=flops / (t["median_ms"] * 1e6) if name == "logits_row_kernel" else None))
@@ -161,8 +160,8 @@ def main(argv=None) -> int:
 
 def _report(results, meta, extra, x, args, wall):
     by = {r["variant"]: r for r in results if "median_ms" in r}
-    floors = dict(floor_3gemm="floor_3gemm", k2_fused="floor_3gemm", naive="floor_3gemm",
-                  liger_grpo_compiled="floor_3gemm", floor_fwd_gemm="floor_fwd_gemm", k1_logprobs="floor_fwd_gemm")
+    floors = {"floor_3gemm": "floor_3gemm", "k2_fused": "floor_3gemm", "naive": "floor_3gemm",
+                  "liger_grpo_compiled": "floor_3gemm", "floor_fwd_gemm": "floor_fwd_gemm", "k1_logprobs": "floor_fwd_gemm"}
     for r in results:
         base = by.get(floors.get(r["variant"], ""))
         if "median_ms" in r and base:
@@ -183,7 +182,7 @@ def _report(results, meta, extra, x, args, wall):
               f"{r.get('x_floor', float('nan')):8.3f} {r['tflops']:8.1f} {mem:>8s}  {note}")
     print(json.dumps(extra))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(dict(meta=meta, extra=extra, results=results), indent=1))
+    Path(args.out).write_text(json.dumps({"meta": meta, "extra": extra, "results": results}, indent=1))
     print(f"wrote {args.out}")
 
 

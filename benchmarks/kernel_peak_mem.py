@@ -16,7 +16,6 @@ import json
 import sys
 
 import torch
-
 from mentor_fast.kernels import grpo_loss, grpo_loss_ref
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
@@ -34,8 +33,8 @@ def make_inputs(n=2048, h=576, v=49152, seqs=8, seed=0, dtype=torch.float32):
     old = logp + (torch.rand(n, generator=g) - 0.5) * 0.6
     adv_seq = torch.randn(seqs, generator=g)
     seq_ids = torch.arange(n) * seqs // n
-    return dict(hidden=hid, weight=w, targets=y, old_logp=old, adv_seq=adv_seq, seq_ids=seq_ids,
-                advantages=adv_seq[seq_ids], token_weights=torch.full((n,), 1.0 / n))
+    return {"hidden": hid, "weight": w, "targets": y, "old_logp": old, "adv_seq": adv_seq, "seq_ids": seq_ids,
+                "advantages": adv_seq[seq_ids], "token_weights": torch.full((n,), 1.0 / n)}
 
 
 def _leaves(x):
@@ -162,9 +161,9 @@ def main(argv=None) -> int:
     fn = VARIANTS[a.variant]
     first = peak_extra_mb(fn, x)
     steady = peak_extra_mb(fn, x)
-    print(json.dumps(dict(variant=a.variant, n=a.n, h=a.h, v=a.v, peak_extra_mb=round(steady, 1),
-                          first_call_peak_extra_mb=round(first, 1),
-                          nv_fp32_mb=round(a.n * a.v * 4 / 2**20, 1))))
+    print(json.dumps({"variant": a.variant, "n": a.n, "h": a.h, "v": a.v, "peak_extra_mb": round(steady, 1),
+                          "first_call_peak_extra_mb": round(first, 1),
+                          "nv_fp32_mb": round(a.n * a.v * 4 / 2**20, 1)}))
     return 0
 
 

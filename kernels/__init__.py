@@ -15,8 +15,24 @@ from .options import AdvEstimator, Backend, GRPOLossOutput, GRPOOptions, KLEstim
 from .token_math import KL_ESTIMATORS, POLICY_LOSSES
 
 __all__ = [
-    "AdvEstimator", "Backend", "GRPOLossOutput", "GRPOOptions", "KLEstimator", "KL_ESTIMATORS",
-    "LogprobStats", "LossType", "POLICY_LOSSES", "aggregation_weights", "group_advantages",
-    "group_advantages_ref", "grpo_loss", "grpo_loss_from_logits", "grpo_loss_from_logits_ref",
-    "grpo_loss_ref", "token_advantages", "token_logprob_stats", "token_logprobs", "token_logprobs_ref",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "AdvEstimator",
+    "Backend",
+    "GRPOLossOutput",
+    "GRPOOptions",
+    "KLEstimator",
+    "LogprobStats",
+    "LossType",
+    "aggregation_weights",
+    "group_advantages",
+    "group_advantages_ref",
+    "grpo_loss",
+    "grpo_loss_from_logits",
+    "grpo_loss_from_logits_ref",
+    "grpo_loss_ref",
+    "token_advantages",
+    "token_logprob_stats",
+    "token_logprobs",
+    "token_logprobs_ref",
 ]

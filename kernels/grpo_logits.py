@@ -16,8 +16,15 @@ import torch
 from .chunked import dz_with_entropy_, entropy_rows, log_softmax_rows_, rows_torch
 from .logprobs import logprob_rows_triton
 from .options import Backend, GRPOLossOutput, GRPOOptions, KLEstimator, chunk_rows, resolve_backend, row_grid
-from .token_math import (POLICY_LOSSES, TokenInputs, build_token_inputs, fused_advantage_inputs, loss_grad,
-                         make_output, summarize)
+from .token_math import (
+    POLICY_LOSSES,
+    TokenInputs,
+    build_token_inputs,
+    fused_advantage_inputs,
+    loss_grad,
+    make_output,
+    summarize,
+)
 
 _KL_CODE = {KLEstimator.K1: 1, KLEstimator.K2: 2, KLEstimator.K3: 3}
 _ADV_CODE = {"grpo": 0, "dr_grpo": 1, "batch": 2, "rloo": 3}
@@ -29,7 +36,7 @@ def grpo_rows_triton(z, y, t: TokenInputs, opts: GRPOOptions, *, inv_temp=1.0, n
     (logp [C], entropy [C] | None, advantages [C] | None (in-kernel K0), dz [C, V] | None, token_loss [C]).
     dz goes to `dz_out`, or in place into z (as a bf16 view of its first half-rows for bf16 inputs)."""
     c, v = z.shape
-    f32 = dict(dtype=torch.float32, device=z.device)
+    f32 = {"dtype": torch.float32, "device": z.device}
     logp, loss = torch.empty(c, **f32), torch.empty(c, **f32)
     with_ent = opts.need_entropy
     ent = torch.empty(c, **f32) if with_ent else logp

@@ -15,8 +15,15 @@ from .chunked import LMHead, dz_with_entropy_, entropy_rows, log_softmax_rows_
 from .grpo_logits import grpo_loss_from_logits_ref, grpo_rows_triton
 from .logprobs import token_logprob_stats
 from .options import Backend, GRPOLossOutput, GRPOOptions, chunk_rows, resolve_backend
-from .token_math import (POLICY_LOSSES, TokenInputs, build_token_inputs, fused_advantage_inputs, loss_grad,
-                         make_output, summarize)
+from .token_math import (
+    POLICY_LOSSES,
+    TokenInputs,
+    build_token_inputs,
+    fused_advantage_inputs,
+    loss_grad,
+    make_output,
+    summarize,
+)
 
 
 def grpo_loss_ref(hidden, weight, targets, old_logp, advantages=None, token_weights=None, *,
@@ -60,7 +67,7 @@ class _Run:
                 dh[s:s + c] = dh_c
         if dw is not None and n == 0:
             dw.zero_()
-        cat = lambda xs: None if (not xs or xs[0] is None) else torch.cat(xs)  # noqa: E731
+        cat = lambda xs: None if (not xs or xs[0] is None) else torch.cat(xs)
         logp = cat(logps) if logps else h.new_zeros(0, dtype=torch.float32)
         if self.fused_adv is not None and advs and advs[0] is not None:
             t.advantages = torch.cat(advs)  # computed in-kernel (K0 fused into the row pass)

@@ -11,6 +11,7 @@ import importlib.util
 import math
 import os
 from dataclasses import dataclass
+
 try:
     from enum import StrEnum
 except ImportError:  # Python 3.10

@@ -59,8 +59,8 @@ def make_batch(n: int, h: int, v: int, *, seqs: int = 8, seed: int = 0, temperat
     weights[seq_ids == seqs - 1] = 0.0  # a fully masked sequence
     weights[::7] = 0.0  # ragged padding positions
     ref = (logp + torch.randn(n, generator=g, dtype=torch.float64) * 0.3).float()
-    return dict(hidden=hidden, weight=weight, targets=targets, old_logp=old, advantages=adv,
-                token_weights=weights, ref_logp=ref, seq_ids=seq_ids, rewards=rewards, group_ids=group_ids)
+    return {"hidden": hidden, "weight": weight, "targets": targets, "old_logp": old, "advantages": adv,
+                "token_weights": weights, "ref_logp": ref, "seq_ids": seq_ids, "rewards": rewards, "group_ids": group_ids}
 
 
 def run_loss(fn, b: dict, dtype: torch.dtype, *, with_dw: bool = True, **kw):

@@ -32,7 +32,7 @@ class TokenInputs:
     n_seqs: int = 0
 
     def rows(self, s: int, e: int) -> TokenInputs:
-        cut = lambda t: None if t is None else t[s:e]  # noqa: E731
+        cut = lambda t: None if t is None else t[s:e]
         return TokenInputs(self.old_logp[s:e], self.advantages[s:e], self.weights[s:e],
                            cut(self.ref_logp), cut(self.is_weights), cut(self.seq_ids), self.n_seqs)
 
@@ -169,16 +169,16 @@ def summarize(logp, entropy, t: TokenInputs, opts: GRPOOptions, terms: PolicyTer
             loss = loss - opts.entropy_coef * (w * entropy).sum()
     inf = torch.tensor(float("inf"), device=logp.device)
     r = terms.ratio
-    return dict(
-        loss=loss, pg_loss=pg_loss, ratio=r,
-        clip_frac_low=_masked_mean(terms.clipped_low.float(), active, count),
-        clip_frac_high=_masked_mean(terms.clipped_high.float(), active, count),
-        clip_frac_dual=_masked_mean(terms.dual.float(), active, count),
-        kl_mean=kl_mean, entropy_mean=entropy_mean,
-        ratio_mean=_masked_mean(r, active, count),
-        ratio_min=torch.where(count > 0, torch.where(active, r, inf).min(), nan) if r.numel() else nan,
-        ratio_max=torch.where(count > 0, torch.where(active, r, -inf).max(), nan) if r.numel() else nan,
-    )
+    return {
+        "loss": loss, "pg_loss": pg_loss, "ratio": r,
+        "clip_frac_low": _masked_mean(terms.clipped_low.float(), active, count),
+        "clip_frac_high": _masked_mean(terms.clipped_high.float(), active, count),
+        "clip_frac_dual": _masked_mean(terms.dual.float(), active, count),
+        "kl_mean": kl_mean, "entropy_mean": entropy_mean,
+        "ratio_mean": _masked_mean(r, active, count),
+        "ratio_min": torch.where(count > 0, torch.where(active, r, inf).min(), nan) if r.numel() else nan,
+        "ratio_max": torch.where(count > 0, torch.where(active, r, -inf).max(), nan) if r.numel() else nan,
+    }
 
 
 def check_rewards(rewards, seq_ids, group_ids) -> None:
@@ -188,7 +188,7 @@ def check_rewards(rewards, seq_ids, group_ids) -> None:
 
 def build_token_inputs(n, device, dtype, old_logp, advantages, token_weights, ref_logp, is_weights, seq_ids,
                   rewards, group_ids, opts: GRPOOptions) -> TokenInputs:
-    cast = lambda x: None if x is None else x.detach().to(device=device, dtype=dtype)  # noqa: E731
+    cast = lambda x: None if x is None else x.detach().to(device=device, dtype=dtype)
     if advantages is None:
         check_rewards(rewards, seq_ids, group_ids)
         advantages = token_advantages(rewards, seq_ids, group_ids, opts.adv_estimator, opts.adv_ddof,

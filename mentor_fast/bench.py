@@ -107,7 +107,7 @@ def run_one(variant: str, steps: int, extra: list[str]) -> dict:
 
 def run_child(name: str, args) -> dict:
     cmd = [sys.executable, "-m", "mentor_fast.bench", "--one", name, "--steps", str(args.steps), *args.overrides]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
         print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
@@ -124,7 +124,7 @@ def run_trl(name: str, args) -> dict:
         cmd = [args.trl_python, args.trl_script, "--model", str(resolve_model_path("smollm2-135m-instruct")),
                "--out", tmp, "--name", name, "--max-steps", str(args.steps), *TRL_VARIANTS[name]]
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="2")
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         result = Path(tmp) / f"{name}.json"
         if proc.returncode != 0 or not result.is_file():
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)

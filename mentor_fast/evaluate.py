@@ -169,8 +169,7 @@ def evaluate(
     if out_jsonl is not None:
         Path(out_jsonl).parent.mkdir(parents=True, exist_ok=True)
         with open(out_jsonl, "w") as f:
-            for rec in records:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records)
     summary = summarize(records, ks, n, greedy)
     summary.update({"skipped_too_long": skipped, "n": n, "ks": ks, "greedy": greedy,
                     "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens, "seed": seed})

@@ -30,9 +30,7 @@ def to_scalars(metrics: dict[str, Any]) -> dict[str, float]:
     for k, v in metrics.items():
         if isinstance(v, torch.Tensor):
             v = v.detach().float().item()
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[k] = float(v)
-        elif isinstance(v, bool):
+        if isinstance(v, (int, float)):  # bool included
             out[k] = float(v)
     return out
 

@@ -21,10 +21,14 @@ import math
 from dataclasses import dataclass
 
 import torch
-
 from transformers.cache_utils import DynamicCache
 
-from mentor_fast.algo.batch import TrainBatch, plan_micro_batches, plan_shared_micro_batches, split_mini_batches
+from mentor_fast.algo.batch import (
+    TrainBatch,
+    plan_micro_batches,
+    plan_shared_micro_batches,
+    split_mini_batches,
+)
 from mentor_fast.algo.loss import logp_and_entropy_ref, policy_loss, sequence_token_weights
 from mentor_fast.config import LossConfig, OptimConfig, TrainerConfig
 

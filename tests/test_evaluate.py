@@ -147,7 +147,7 @@ def test_hinted_prompts_carry_the_level_hint_and_never_the_answer(tiny_model_pat
     tok = load_tokenizer(tiny_model_path)
     builder = PromptBuilder(tok, "Answer in \\boxed{}.", max_prompt_tokens=10_000)
     problem = build_source(DataConfig(levels=[3]), 0).eval_problems(1, levels=[3])[0]
-    first, last = problem.solution_steps
+    first, _last = problem.solution_steps
     plain = tok.decode(builder.encode(problem))
     for level in (1, 2, 3):
         text = tok.decode(HintedPrompts(builder, level).encode(problem))

@@ -96,7 +96,7 @@ def test_same_seed_same_tokens_other_seed_other_tokens(model, tok, prompts):
     params = SamplingParams(n=2, max_new_tokens=6, seed=7)
     a, b = eng.generate(prompts, params), eng.generate(prompts, params)
     c = eng.generate(prompts, SamplingParams(n=2, max_new_tokens=6, seed=8))
-    ids = lambda out: [s.token_ids for g in out for s in g]  # noqa: E731
+    ids = lambda out: [s.token_ids for g in out for s in g]
     assert ids(a) == ids(b)
     assert [s.logprobs for g in a for s in g] == [s.logprobs for g in b for s in g]
     assert all(x != y for x, y in zip(ids(a), ids(c)))

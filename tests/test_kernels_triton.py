@@ -16,7 +16,7 @@ pytest.importorskip("triton", reason="triton is not installed (pip install trito
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no CUDA and TRITON_INTERPRET is not 1", allow_module_level=True)
 
-from mentor_fast.kernels import (  # noqa: E402
+from mentor_fast.kernels import (
     group_advantages,
     grpo_loss,
     grpo_loss_from_logits,
@@ -25,8 +25,8 @@ from mentor_fast.kernels import (  # noqa: E402
     token_logprob_stats,
     token_logprobs_ref,
 )
-from mentor_fast.kernels.logprobs import logprob_rows_triton  # noqa: E402
-from mentor_fast.kernels.testing import assert_close_rule, make_batch, run_loss, tiny_atol  # noqa: E402
+from mentor_fast.kernels.logprobs import logprob_rows_triton
+from mentor_fast.kernels.testing import assert_close_rule, make_batch, run_loss, tiny_atol
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -58,9 +58,9 @@ def test_logprob_rows_kernel_reads_bf16_logits():
 
 
 CASES = {
-    "temperature_dual_clip_k3": dict(temperature=0.7, dual_clip=3.0, beta=0.1, kl_estimator="k3"),
-    "entropy_bonus_is_k2": dict(entropy_coef=0.02, beta=0.05, kl_estimator="k2", is_cap=1.2),
-    "gspo_two_phase": dict(loss_type="gspo"),
+    "temperature_dual_clip_k3": {"temperature": 0.7, "dual_clip": 3.0, "beta": 0.1, "kl_estimator": "k3"},
+    "entropy_bonus_is_k2": {"entropy_coef": 0.02, "beta": 0.05, "kl_estimator": "k2", "is_cap": 1.2},
+    "gspo_two_phase": {"loss_type": "gspo"},
 }
 
 
@@ -78,7 +78,7 @@ def _kwargs(b, case):
 def _check(b, dtype, case, n_chunk):
     fp64 = {**b, "hidden": b["hidden"].to(dtype).double(), "weight": b["weight"].to(dtype).double()}
     r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64, **_kwargs(b, case))
-    same = dict(logits_dtype=torch.bfloat16) if dtype == torch.bfloat16 else {}
+    same = {"logits_dtype": torch.bfloat16} if dtype == torch.bfloat16 else {}
     rs, dhs, dws = run_loss(grpo_loss_ref, b, dtype, **_kwargs(b, case), **same)
     bd = _on(b)
     out, dh, dw = run_loss(grpo_loss, bd, dtype, backend="triton", chunk_tokens=n_chunk, **_kwargs(bd, case))
@@ -107,7 +107,7 @@ def test_grpo_rows_kernel_bf16_in_place_half_rows():
 def test_advantages_inside_the_row_kernel(estimator):
     b = make_batch(24, 64, 64, seqs=8, seed=13)  # V = 64: one block, so this checks K0 only
     b["rewards"][4:8] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # group 1: one success in four
-    kw = dict(rewards=b["rewards"], seq_ids=b["seq_ids"], group_ids=b["group_ids"], adv_estimator=estimator)
+    kw = {"rewards": b["rewards"], "seq_ids": b["seq_ids"], "group_ids": b["group_ids"], "adv_estimator": estimator}
     bd = _on(dict(b, advantages=None))
     out, dh, _ = run_loss(grpo_loss, bd, torch.float32, backend="triton",
                           **{k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in kw.items()})
@@ -123,7 +123,7 @@ def test_advantages_inside_the_row_kernel(estimator):
 def test_logits_level_op(dtype, inplace):
     b = make_batch(45, 64, 1000, seed=14, temperature=0.8)
     logits64 = (b["hidden"] @ b["weight"].T).to(dtype).double().requires_grad_()
-    kw = dict(temperature=0.8, beta=0.1, ref_logp=b["ref_logp"], dual_clip=2.5)
+    kw = {"temperature": 0.8, "beta": 0.1, "ref_logp": b["ref_logp"], "dual_clip": 2.5}
     args = (b["targets"], b["old_logp"], b["advantages"], b["token_weights"])
     r64 = grpo_loss_from_logits_ref(logits64, *args, **kw)
     r64.loss.backward()

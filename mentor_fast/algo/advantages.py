@@ -6,8 +6,8 @@ A group whose rewards are all equal gets A = 0: it carries no signal, which is w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Callable
 
 import torch
 

@@ -8,9 +8,9 @@ changes the gradient.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Callable
 
 import torch
 

@@ -93,7 +93,7 @@ def _balanced_objects(text: str) -> list[str]:
     """Every brace-balanced {...} span, outermost first, skipping braces inside strings (a quote
     outside any object, like the apostrophe in "here's", opens nothing)."""
     spans, start, depth = [], -1, 0
-    for i, ch, quoted in _scan(text, lambda: depth > 0):
+    for i, ch, quoted in _scan(text, lambda: depth > 0):  # noqa: B023 (reads the current depth on purpose)
         if quoted:
             continue
         if ch == "{":
