@@ -39,7 +39,7 @@ def _common(args, out: Path, seed: int) -> list[str]:
         f"output_dir={out}", f"seed={seed}", f"rollout.prompts_per_step={args.prompts}",
         f"rollout.num_generations={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"optim.lr={args.lr}", "trainer.tensorboard=false", "trainer.keep_last_n=1", "trainer.threads=2",
-        f"loss.impl={args.loss_impl}",
+        f"loss.impl={args.loss_impl}", f"data.max_digits={args.max_digits}",
     ]
 
 
@@ -67,7 +67,7 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
     path = resolve_model_path(args.model)
     tok, model = load_tokenizer(path), load_policy(path)
     model.train()
-    cfg = load_config([], [f"data.levels=[{args.easy_levels}]"])
+    cfg = load_config([], [f"data.levels=[{args.easy_levels}]", f"data.max_digits={args.max_digits}"])
     builder = PromptBuilder.from_config(tok, cfg.data)
     source = build_source(cfg.data, seed + 1000)
     hinted = _hinted_source(args, seed)
@@ -112,7 +112,8 @@ def _hinted_source(args, seed: int):
         return None
     if args.sft_hinted_level == args.jump_level or str(args.sft_hinted_level) in args.easy_levels.split(","):
         raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
-    return build_source(load_config([], [f"data.levels=[{args.sft_hinted_level}]"]).data, seed + 2000)
+    overrides = [f"data.levels=[{args.sft_hinted_level}]", f"data.max_digits={args.max_digits}"]
+    return build_source(load_config([], overrides).data, seed + 2000)
 
 
 def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
@@ -124,7 +125,7 @@ def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
     from mentor_fast.rollout import make_engine
 
     cfg = load_config([], [f"model.path={policy}", f"seed={seed}", f"data.jump_levels=[{args.jump_level}]",
-                           f"data.levels=[{args.jump_level}]"])
+                           f"data.levels=[{args.jump_level}]", f"data.max_digits={args.max_digits}"])
     tok = load_tokenizer(policy)
     model = load_policy(policy, cfg.model.dtype)
     engine = make_engine(cfg.rollout, model, tok, policy, cfg.model.dtype, seed)
@@ -186,6 +187,8 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--easy-levels", default="1,2")
     p.add_argument("--jump-level", type=int, default=3)
+    p.add_argument("--max-digits", type=int, default=0,
+                   help="cap on operand digits at every level (data.max_digits; 0: none)")
     p.add_argument("--pre-steps", type=int, default=4)
     p.add_argument("--post-steps", type=int, default=12)
     p.add_argument("--prompts", type=int, default=4)

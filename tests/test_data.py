@@ -102,6 +102,30 @@ def test_levels_get_harder():
     assert all(f[lv]["parens"] == 0 for lv in (1, 2, 3, 4)) and f[5]["parens"] == 1 and f[6]["parens"] > 0.3
 
 
+@pytest.mark.parametrize("level", [1, 2, 3, 4, 5, 6])
+def test_max_digits_caps_operands_and_keeps_the_shape(level):
+    capped = [make_problem(level, random.Random(f"cap{k}"), max_digits=1) for k in range(60)]
+    plain = [make_problem(level, random.Random(f"cap{k}")) for k in range(60)]
+    shapes = {len(q.solution_steps) for q in plain}
+    for p in capped:
+        assert max(len(d) for d in re.findall(r"\d+", _expr(p.question))) == 1, p.question
+        assert _eval(_expr(p.question)) == int(p.gold)
+        assert len(p.solution_steps) in shapes  # the level's shapes, smaller numbers
+    # 0 is no cap: the same draws as an uncapped call, so earlier runs' problems are unchanged.
+    assert [make_problem(level, random.Random(f"cap{k}"), max_digits=0) for k in range(60)] == plain
+    if level == 3:  # the level-3 shape with operands of levels 1-2 (two digits at most)
+        two = [make_problem(3, random.Random(k), max_digits=2).question for k in range(60)]
+        assert max(len(d) for q in two for d in re.findall(r"\d+", _expr(q))) == 2
+
+
+def test_curriculum_applies_max_digits_to_training_and_evaluation():
+    cur = Curriculum(DataConfig(levels=[3], max_digits=2, eval_size=8), seed=0)
+    for p in cur.batch(0, 16) + cur.eval_problems():
+        assert max(len(d) for d in re.findall(r"\d+", _expr(p.question))) <= 2, p.question
+    with pytest.raises(ValueError, match="data.max_digits"):
+        Curriculum(DataConfig(max_digits=-1), seed=0)
+
+
 def test_curriculum_jumps_at_the_chosen_step():
     cur = Curriculum(DataConfig(levels=[1, 2], jump_step=5, jump_levels=[6]), seed=0)
     before = {p.level for step in range(5) for p in cur.batch(step, 16)}

@@ -51,6 +51,9 @@ class DataConfig:
     """Step at which the curriculum jumps to `jump_levels` (-1: never)."""
     jump_levels: list[int] = field(default_factory=lambda: [3])
     """Ladder levels sampled from `jump_step` on."""
+    max_digits: int = 0
+    """Ladder: cap on every operand's digit count (0: each level's own range). With 2, level 3 is
+    a + b - c on 1-2 digit numbers: the arithmetic of levels 1-2, and only the two-step plan is new."""
     system_prompt: str = (
         "You are a careful math tutor. Solve the problem step by step, then give the final answer "
         "in \\boxed{}."

@@ -11,6 +11,10 @@ Levels (operands are positive integers; every intermediate result is >= 0; `*` b
 | 5   | (a +- b) * c +- d, c * (a +- b) +- d   | a, b, d 2 digits, c 1      | 3   | (34 + 18) * 6 - 45       |
 | 6   | a * b +- c +- d, (a +- b) * c +- d * e | 3 digits; b, c, e 1-2; d 2 | 3-4 | (512 - 138) * 7 + 46 * 9 |
 
+`data.max_digits` caps every operand's digit count while keeping the shapes: with 2, level 3 asks
+for the arithmetic of levels 1-2 in two steps, so a jump from levels 1-2 to it is a jump in the plan
+alone (see benchmarks/collapse.py).
+
 Each problem has the question "What is <expression>?", the gold answer (an integer, as text) and the
 worked solution, one step per operation in evaluation order ("47 + 385 = 432", "432 - 129 = 303");
 every step is a valid Python expression, and the last step's result is the gold.
@@ -53,41 +57,44 @@ def _pm(rng: random.Random) -> str:
     return rng.choice("+-")
 
 
-def _level1(rng: random.Random) -> Expr:
-    return ("+", _num(rng, 1, 2), _num(rng, 1, 2))
+Num = Callable[[int, int], int]  # (lo_digits, hi_digits) -> operand, drawn from the problem's rng
 
 
-def _level2(rng: random.Random) -> Expr:
-    return (_pm(rng), _num(rng, 2, 2), _num(rng, 2, 2))
+def _level1(rng: random.Random, num: Num) -> Expr:
+    return ("+", num(1, 2), num(1, 2))
 
 
-def _level3(rng: random.Random) -> Expr:
+def _level2(rng: random.Random, num: Num) -> Expr:
+    return (_pm(rng), num(2, 2), num(2, 2))
+
+
+def _level3(rng: random.Random, num: Num) -> Expr:
     op1, op2 = rng.sample("+-", 2)  # one of each, in random order
-    return (op2, (op1, _num(rng, 2, 3), _num(rng, 2, 3)), _num(rng, 2, 3))
+    return (op2, (op1, num(2, 3), num(2, 3)), num(2, 3))
 
 
-def _level4(rng: random.Random) -> Expr:
-    product = ("*", _num(rng, 2, 2), _num(rng, 1, 2))
-    c = _num(rng, 1, 2)
+def _level4(rng: random.Random, num: Num) -> Expr:
+    product = ("*", num(2, 2), num(1, 2))
+    c = num(1, 2)
     return ("+", product, c) if rng.random() < 0.5 else ("+", c, product)
 
 
-def _level5(rng: random.Random) -> Expr:
-    inner = (_pm(rng), _num(rng, 2, 2), _num(rng, 2, 2))
-    c = _num(rng, 1, 1)
+def _level5(rng: random.Random, num: Num) -> Expr:
+    inner = (_pm(rng), num(2, 2), num(2, 2))
+    c = num(1, 1)
     scaled = ("*", inner, c) if rng.random() < 0.5 else ("*", c, inner)
-    return (_pm(rng), scaled, _num(rng, 2, 2))
+    return (_pm(rng), scaled, num(2, 2))
 
 
-def _level6(rng: random.Random) -> Expr:
+def _level6(rng: random.Random, num: Num) -> Expr:
     if rng.random() < 0.5:
-        product = ("*", _num(rng, 3, 3), _num(rng, 1, 2))
-        return (_pm(rng), (_pm(rng), product, _num(rng, 3, 3)), _num(rng, 3, 3))
-    left = ("*", (_pm(rng), _num(rng, 3, 3), _num(rng, 3, 3)), _num(rng, 1, 2))
-    return (_pm(rng), left, ("*", _num(rng, 2, 2), _num(rng, 1, 2)))
+        product = ("*", num(3, 3), num(1, 2))
+        return (_pm(rng), (_pm(rng), product, num(3, 3)), num(3, 3))
+    left = ("*", (_pm(rng), num(3, 3), num(3, 3)), num(1, 2))
+    return (_pm(rng), left, ("*", num(2, 2), num(1, 2)))
 
 
-_SHAPES: dict[int, Callable[[random.Random], Expr]] = {
+_SHAPES: dict[int, Callable[[random.Random, Num], Expr]] = {
     1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5, 6: _level6,
 }
 
@@ -118,12 +125,22 @@ def solve(e: Expr) -> tuple[int, list[str]]:
     return value, [*lsteps, *rsteps, f"{lv} {op} {rv} = {value}"]
 
 
-def make_problem(level: int, rng: random.Random, problem_id: str | None = None) -> Problem:
-    """One ladder problem of `level` drawn from `rng` (resampled until no step goes below 0)."""
+def make_problem(level: int, rng: random.Random, problem_id: str | None = None, max_digits: int = 0) -> Problem:
+    """One ladder problem of `level` drawn from `rng` (resampled until no step goes below 0).
+    `max_digits` > 0 caps every operand's digit count (the shape is kept; 0 draws the same
+    problems as before the cap existed)."""
     if level not in _SHAPES:
         raise ValueError(f"ladder level must be one of {list(LEVELS)}, got {level}")
+    if max_digits < 0:
+        raise ValueError(f"data.max_digits must be >= 0 (0: no cap), got {max_digits}")
+
+    def num(lo: int, hi: int) -> int:
+        if max_digits:
+            lo, hi = min(lo, max_digits), min(hi, max_digits)
+        return _num(rng, lo, hi)
+
     for _ in range(1000):
-        expr = _SHAPES[level](rng)
+        expr = _SHAPES[level](rng, num)
         value, steps = solve(expr)
         if all(int(s.rsplit("= ", 1)[1]) >= 0 for s in steps):
             break
@@ -150,6 +167,9 @@ class Curriculum:
         self.jump_levels = _check_levels(cfg.jump_levels, "jump_levels")
         self.jump_step = cfg.jump_step
         self.eval_size = cfg.eval_size
+        if cfg.max_digits < 0:
+            raise ValueError(f"data.max_digits must be >= 0 (0: no cap), got {cfg.max_digits}")
+        self.max_digits = cfg.max_digits
         self._excluded: dict[int, frozenset[str]] = {}  # level -> training questions eval avoids
 
     def used_levels(self) -> list[int]:
@@ -163,7 +183,7 @@ class Curriculum:
     def train_problem(self, index: int, level: int) -> Problem:
         """Training item `index` (= step * size + i) as it is drawn when its level is `level`."""
         rng = random.Random(f"ladder:{self.seed}:train:L{level}:{index}")
-        return make_problem(level, rng, f"ladder-L{level}-{self.seed}-{index}")
+        return make_problem(level, rng, f"ladder-L{level}-{self.seed}-{index}", self.max_digits)
 
     def batch(self, step: int, size: int) -> list[Problem]:
         levels = self.levels_at(step)
@@ -197,7 +217,7 @@ class Curriculum:
             if len(out) == count:
                 break
             rng = random.Random(f"ladder:{self.seed}:eval:L{level}:{j}")
-            p = make_problem(level, rng, f"ladder-eval-L{level}-{self.seed}-{j}")
+            p = make_problem(level, rng, f"ladder-eval-L{level}-{self.seed}-{j}", self.max_digits)
             if p.question not in exclude and p.question not in seen:
                 seen.add(p.question)
                 out.append(p)
