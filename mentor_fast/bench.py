@@ -37,6 +37,9 @@ VARIANTS: dict[str, list[str]] = {
     # MENTOR with the defaults, and with its first re-roll round in a generate call of its own
     "mentor_async_fp32": ["mentor.enable=true", "mentor.async=true"],
     "mentor_async_unmerged_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.merge_rerolls=false"],
+    # MENTOR on a smaller re-roll budget: at most half the groups (surge included), 2 re-rolls each
+    "mentor_async_budget_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
+                                 "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5"],
 }
 # TRL's GRPOTrainer through the anchor script (../shared/bench/trl_grpo_cpu.py, run from its own
 # virtualenv with --trl-python/--trl-script), alternated with ours on the same machine state.

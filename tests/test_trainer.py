@@ -175,3 +175,11 @@ def test_bench_rejects_unknown_variants_and_trl_without_its_python(capsys):
     with pytest.raises(SystemExit):
         bench_main(["--variants", "trl_fp32_gc,fused_fp32"])
     assert "--trl-python" in capsys.readouterr().err
+
+
+def test_every_bench_variant_is_a_valid_config():
+    from mentor_fast.bench import BASE, VARIANTS
+
+    for name, overrides in VARIANTS.items():
+        cfg = load_config([], BASE + overrides)  # an unknown or mistyped key raises here
+        assert cfg.mentor.enable == name.startswith("mentor_"), name
