@@ -43,9 +43,9 @@ def _common(args, out: Path, seed: int) -> list[str]:
     ]
 
 
-def train(overrides: list[str]) -> Path:
+def train(overrides: list[str], resume: str | None = None) -> Path:
     cfg = load_config([], overrides)
-    return Trainer(cfg).fit()
+    return Trainer(cfg, resume=resume).fit()
 
 
 def sft_warmup(args, out: Path, seed: int) -> Path:
@@ -205,8 +205,9 @@ def main() -> None:
     p.add_argument("--mentor-rerolls", type=int, default=4)
     p.add_argument("--reuse", action="store_true",
                    help="reuse what an earlier run with the same flags left in DIR/seedN: a finished arm "
-                        "(its arm_summary.json), the GRPO warm-up's final checkpoint, else the supervised "
-                        "warm-up's policy (copy only what the flags you change leave valid)")
+                        "(its arm_summary.json; an arm with fewer --post-steps is extended from its last "
+                        "checkpoint), the GRPO warm-up's final checkpoint, else the supervised warm-up's "
+                        "policy (copy only what the flags you change leave valid)")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
@@ -243,14 +244,18 @@ def main() -> None:
         }
         for arm, extra in arms.items():
             done = base / arm / "arm_summary.json"
-            if args.reuse and done.exists():
-                per_arm[arm].append(json.loads(done.read_text()))
+            earlier = json.loads(done.read_text()) if args.reuse and done.exists() else None
+            if earlier and len(earlier["curve"]) == args.post_steps:
+                per_arm[arm].append(earlier)
                 continue
+            # A shorter finished arm is extended from its last checkpoint (constant lr: the same
+            # as one longer run; the trainer restores the optimizer, RNGs and pending mentor work).
+            resume = "auto" if earlier and len(earlier["curve"]) < args.post_steps else None
             t0 = time.time()
             run = train(_common(args, base / arm, seed) + extra + [
                 f"optim.lr={args.post_lr or args.lr}", f"model.path={start}",
-                f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"])
-            wall = time.time() - t0
+                f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"], resume)
+            wall = time.time() - t0 + (earlier["wall_s"] if resume else 0.0)
             final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
             per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
