@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+# Without CUDA the Triton kernel tests run under the interpreter, which Triton reads when it is first
+# imported. Importing transformers' attention registry (rollout/hf.py) already imports Triton, so
+# the variable is set here, before any test module is collected.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
