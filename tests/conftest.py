@@ -9,8 +9,8 @@ import pytest
 import torch
 
 # Without CUDA the Triton kernel tests run under the interpreter, which Triton reads when it is first
-# imported. Importing transformers' attention registry (rollout/hf.py) already imports Triton, so
-# the variable is set here, before any test module is collected.
+# imported. Parts of transformers import Triton (its attention and mask registries, which the HF
+# engine uses), so the variable is set here, before any test module is collected or run.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

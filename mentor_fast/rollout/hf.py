@@ -12,9 +12,9 @@ On CPU the engine decodes with `CPU_GQA_ATTENTION` in place of transformers' "sd
 (`rollout.hf_gqa_attention`, default on). Under a padding mask, transformers copies the grouped
 K/V to every query head before calling SDPA, because the fused GQA kernels on CUDA refuse a mask.
 Torch's CPU path takes the mask together with `enable_gqa`, so this attention hands K/V over as
-they are. For SmolLM2-135M (9 query heads, 3 K/V
-heads) it makes a decode step at 32 sequences and a 92-token context about a quarter faster
-(`benchmarks/decode_attention.py`; README, "Where MENTOR's step time goes").
+they are. For SmolLM2-135M (9 query heads, 3 K/V heads) it makes a decode step at 32 sequences and
+a 92-token context about a quarter faster (`benchmarks/decode_attention.py`; README, "Where
+MENTOR's step time goes").
 
 Shape letters: U unique prompts in a chunk, S sequences in a chunk, L live sequences, T length,
 V vocabulary.
@@ -23,12 +23,11 @@ V vocabulary.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from mentor_fast.config import RolloutConfig
 from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
@@ -53,8 +52,15 @@ def sdpa_gqa_attention(module, query, key, value, attention_mask, dropout=0.0, s
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(CPU_GQA_ATTENTION, sdpa_gqa_attention)
-AttentionMaskInterface.register(CPU_GQA_ATTENTION, sdpa_mask)
+@functools.cache
+def _register_cpu_gqa_attention() -> None:
+    """Registered on first use: transformers' attention and mask registries import Triton, which
+    importing this module should not."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(CPU_GQA_ATTENTION, sdpa_gqa_attention)
+    AttentionMaskInterface.register(CPU_GQA_ATTENTION, sdpa_mask)
 
 
 @contextlib.contextmanager
@@ -64,6 +70,7 @@ def cpu_gqa_attention(model):
     before = config._attn_implementation
     swap = before == "sdpa" and next(model.parameters()).device.type == "cpu"
     if swap:
+        _register_cpu_gqa_attention()
         config._attn_implementation = CPU_GQA_ATTENTION
     try:
         yield
