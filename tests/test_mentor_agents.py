@@ -21,7 +21,9 @@ from mentor_fast.mentor.agents import (
     prompt,
 )
 from mentor_fast.mentor.diagnosis import choose_attempts, normalize_label, truncate_middle
+from mentor_fast.mentor.reference import cold_hint
 from mentor_fast.mentor.testing import ScriptedBackend, ladder_problem, make_group
+from mentor_fast.types import Problem
 
 DIAG = {
     "failure_type": "arithmetic slip",
@@ -177,6 +179,18 @@ def test_reference_mentor_never_gives_the_last_result():
     for level in (1, 2, 3):
         h = ref.hint(case, d, level)
         assert "432 - 129" in h and "303" not in h and check_hint(h, "303", case.problem.solution_steps).ok
+
+
+def test_reference_plan_names_each_earlier_result_once():
+    """(2 + 3) * 5 + 3 * 7: step 2 is "5 * 5", one factor the result of step 1 and one the operand 5.
+    Naming both "(the result of 1)" would square it; each result is used once."""
+    problem = Problem("p6", "What is (2 + 3) * 5 + 3 * 7?", "46",
+                      ("2 + 3 = 5", "5 * 5 = 25", "3 * 7 = 21", "25 + 21 = 46"), level=6, source="ladder")
+    hint = cold_hint(problem, 2)
+    assert hint.startswith(
+        "Plan: 1) compute 2 + 3; 2) compute (the result of 1) * 5; 3) compute 3 * 7; "
+        "4) compute (the result of 2) + (the result of 3)."
+    ), hint
 
 
 def test_reference_mentor_reads_verifier_signals():

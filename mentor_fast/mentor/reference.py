@@ -200,15 +200,23 @@ class ReferenceMentor:
 
     def _plan(self, steps: list[Step], first: Step) -> list[str]:
         """The operations from `first` on, in order; a result computed inside the plan is named
-        ("the result of 1"), never stated. Results before `first` are already in the attempts."""
+        ("the result of 1"), never stated. Results before `first` are already in the attempts.
+
+        A worked solution uses each intermediate result once, so each is named once: in "2 + 3 = 5,
+        5 * 5 = 25" the second step is "(the result of 1) * 5", not the result of 1 squared."""
         plan = steps[first.index - 1 :][:MAX_PLAN_STEPS]
         items: list[str] = []
+        named: set[int] = set()  # plan items whose result a later item already names
         for k, step in enumerate(plan, 1):
-            lhs = step.lhs
-            for m in reversed([m for m in find_numbers(lhs) if m.kind in ("numeral", "decimal")]):
-                earlier = [j for j, s in enumerate(plan[: k - 1], 1) if s.result and m.values & s.result]
+            lhs, subs = step.lhs, []
+            for m in [m for m in find_numbers(lhs) if m.kind in ("numeral", "decimal")]:
+                earlier = [j for j, s in enumerate(plan[: k - 1], 1)
+                           if j not in named and s.result and m.values & s.result]
                 if earlier:
-                    lhs = f"{lhs[: m.start]}(the result of {earlier[-1]}){lhs[m.end :]}"
+                    named.add(earlier[-1])
+                    subs.append((m, earlier[-1]))
+            for m, j in reversed(subs):  # right to left, so earlier offsets stay valid
+                lhs = f"{lhs[: m.start]}(the result of {j}){lhs[m.end :]}"
             item = f"{k}) compute {lhs}" if lhs else f"{k}) work out the next quantity"
             if len(" ".join([*items, item]).split()) > PLAN_WORDS:
                 break
