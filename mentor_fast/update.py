@@ -226,6 +226,11 @@ class PolicyUpdater:
         sampled in) always get pi_old recomputed in their training context, here if need be.
         """
         cfg = self.loss_cfg
+        if not self.optim_cfg.step_without_signal and self.signal_free(batch):
+            self.scheduler.step()  # the schedule follows trainer steps, taken or not
+            return {"loss": torch.zeros(()), "grad_norm": torch.zeros(()),
+                    "lr": torch.tensor(self.scheduler.get_last_lr()[0]),
+                    "update/skipped_token_frac": torch.tensor(1.0), "update/optimizer_skipped": torch.tensor(1.0)}
         sums: dict[str, torch.Tensor] = {}
         grad_norms = []
         stale = batch.policy_versions < current_version
@@ -252,7 +257,14 @@ class PolicyUpdater:
         out["grad_norm"] = torch.stack(grad_norms).mean()
         out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
         out["update/skipped_token_frac"] = torch.tensor(skipped / total if total else 0.0)
+        out["update/optimizer_skipped"] = torch.tensor(0.0)
         return out
+
+    def signal_free(self, batch: TrainBatch) -> bool:
+        """True when the batch's gradient is exactly 0: every advantage is 0 and no term (KL, entropy
+        bonus) acts without one."""
+        cfg = self.loss_cfg
+        return cfg.beta == 0 and cfg.entropy_coef == 0 and not bool(batch.advantages.ne(0).any())
 
     def trainable(self, batch: TrainBatch) -> list[int]:
         """The sequences whose forward/backward can change the update (see the module docstring)."""

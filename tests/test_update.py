@@ -138,6 +138,30 @@ def test_a_batch_with_no_signal_still_steps_adam_like_zero_gradients(tiny_model_
         torch.testing.assert_close(b, a, atol=1e-7, rtol=1e-6)
 
 
+def test_step_without_signal_false_leaves_the_weights_alone_on_a_batch_with_no_signal(tiny_model_path):
+    """After a step with a signal, AdamW's first moment moves the weights on an all-zero batch too
+    (the default, as TRL and verl do); optim.step_without_signal=false skips that step exactly, and
+    the next batch with a signal is stepped as usual."""
+    first = build_train_batch(_groups([[1, 0, 1], [0, 1]], hinted=False), AdvantageConfig())
+    flat = build_train_batch(_groups([[0, 0, 0], [1, 1]], seed=1, hinted=False), AdvantageConfig())
+    moved = {}
+    for step_anyway in (True, False):
+        upd = _updater(tiny_model_path)
+        upd.optim_cfg = OptimConfig(lr=1e-3, step_without_signal=step_anyway)
+        assert not upd.signal_free(first) and upd.signal_free(flat)
+        upd.update(first, None, 0)
+        before = [p.detach().clone() for p in upd.model.parameters()]
+        lr_before = upd.scheduler.get_last_lr()[0]
+        metrics = upd.update(flat, None, 1)
+        moved[step_anyway] = max(float((p - b).abs().max()) for p, b in zip(upd.model.parameters(), before))
+        assert float(metrics["update/optimizer_skipped"]) == float(not step_anyway)
+        assert upd.scheduler.last_epoch == 2 and upd.scheduler.get_last_lr()[0] == lr_before  # constant lr
+        again = upd.update(first, None, 2)
+        assert float(again["update/optimizer_skipped"]) == 0.0 and float(again["grad_norm"]) > 0
+    assert moved[True] > 1e-5  # momentum alone moved the weights
+    assert moved[False] == 0.0
+
+
 def test_beta_or_entropy_bonus_turns_skipping_off(tiny_model_path):
     upd = _updater(tiny_model_path)
     assert upd.skip_zero_advantage

@@ -164,6 +164,11 @@ class OptimConfig:
     """Learning-rate schedule after warm-up."""
     warmup_steps: int = 0
     """Linear warm-up steps."""
+    step_without_signal: bool = True
+    """Take the AdamW step on a batch whose gradient is exactly 0 (every advantage 0, beta = 0, no
+    entropy bonus), as TRL and verl do: the first moment then keeps moving the weights for ~1/(1 -
+    beta1) steps after the last batch with a signal. false: skip that optimizer step (the learning-rate
+    schedule still advances; `update/optimizer_skipped` says so)."""
 
 
 @dataclass
