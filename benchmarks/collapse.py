@@ -14,7 +14,9 @@ DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/c
 
 MENTOR's knobs: --mentor-start-level (default 3: on the warmed-up 135M model only the level-3 hint
 gets any re-roll right; measure it with `mentor-fast eval --hint-level`), --mentor-rounds,
---mentor-rerolls, --mentor-loss-mode. --reuse picks up what an earlier run left in DIR.
+--mentor-rerolls, --mentor-loss-mode. --step-without-signal false skips AdamW's step on batches
+with no signal in both arms (see optim.step_without_signal). --reuse picks up what an earlier run
+left in DIR.
 
 post_jump_all_fail_frac: mean over post-jump steps of the fraction of groups whose *initial*,
 unhinted rollouts all fail (MENTOR's re-rolls never enter it). heldout_acc_no_hint: sampled
@@ -203,6 +205,9 @@ def main() -> None:
     p.add_argument("--mentor-loss-mode", default="replace", choices=("replace", "group", "transfer"))
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=4)
+    p.add_argument("--step-without-signal", default="true", choices=("true", "false"),
+                   help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
+                        "step on a batch with no signal (the warm-ups are unchanged)")
     p.add_argument("--reuse", action="store_true",
                    help="reuse what an earlier run with the same flags left in DIR/seedN: a finished arm "
                         "(its arm_summary.json; an arm with fewer --post-steps is extended from its last "
@@ -253,7 +258,8 @@ def main() -> None:
             resume = "auto" if earlier and len(earlier["curve"]) < args.post_steps else None
             t0 = time.time()
             run = train(_common(args, base / arm, seed) + extra + [
-                f"optim.lr={args.post_lr or args.lr}", f"model.path={start}",
+                f"optim.lr={args.post_lr or args.lr}", f"optim.step_without_signal={args.step_without_signal}",
+                f"model.path={start}",
                 f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"], resume)
             wall = time.time() - t0 + (earlier["wall_s"] if resume else 0.0)
             final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
