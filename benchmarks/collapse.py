@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -74,6 +75,7 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
     source = build_source(cfg.data, seed + 1000)
     hinted = _hinted_source(args, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.sft_lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: _sft_lr_scale(args, i))
     for step in range(1, args.sft_steps + 1):
         rows = []
         n_hinted = round(args.sft_batch * args.sft_hinted_frac) if hinted else 0
@@ -97,11 +99,25 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        print(f"sft step {step}/{args.sft_steps}: loss {loss.item():.3f}", flush=True)
+        if step % max(1, args.sft_steps // 40) == 0 or step == args.sft_steps:
+            print(f"sft step {step}/{args.sft_steps}: loss {loss.item():.3f}", flush=True)
     model.save_pretrained(out / "policy")
     tok.save_pretrained(out / "policy")
     return out / "policy"
+
+
+def _sft_lr_scale(args, i: int) -> float:
+    """Multiplier of --sft-lr after i optimizer steps: 1 for `constant`; for `cosine` (training from
+    scratch), a linear warm-up over the first 5% of the steps, then a cosine down to 0.1."""
+    if args.sft_schedule == "constant":
+        return 1.0
+    warm = max(1, args.sft_steps // 20)
+    if i < warm:
+        return (i + 1) / warm
+    t = (i - warm) / max(1, args.sft_steps - warm)
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
 def _hinted_source(args, seed: int):
@@ -112,7 +128,8 @@ def _hinted_source(args, seed: int):
 
     if not args.sft_hinted_frac:
         return None
-    if args.sft_hinted_level == args.jump_level or str(args.sft_hinted_level) in args.easy_levels.split(","):
+    hinted = {int(x) for x in str(args.sft_hinted_level).split(",")}
+    if hinted & {args.jump_level, *(int(x) for x in args.easy_levels.split(","))}:
         raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
     overrides = [f"data.levels=[{args.sft_hinted_level}]", f"data.max_digits={args.max_digits}"]
     return build_source(load_config([], overrides).data, seed + 2000)
@@ -127,7 +144,8 @@ def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
     from mentor_fast.rollout import make_engine
 
     cfg = load_config([], [f"model.path={policy}", f"seed={seed}", f"data.jump_levels=[{args.jump_level}]",
-                           f"data.levels=[{args.jump_level}]", f"data.max_digits={args.max_digits}"])
+                           f"data.levels=[{args.jump_level}]", f"data.max_digits={args.max_digits}",
+                           f"data.eval_exclude_draws={args.eval_exclude_draws}"])
     tok = load_tokenizer(policy)
     model = load_policy(policy, cfg.model.dtype)
     engine = make_engine(cfg.rollout, model, tok, policy, cfg.model.dtype, seed)
@@ -215,12 +233,23 @@ def main() -> None:
                         "policy (copy only what the flags you change leave valid)")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
+    p.add_argument("--eval-exclude-draws", type=int, default=10_000,
+                   help="held-out problems avoid the questions of training draws 0..N-1 (data.eval_exclude_draws); "
+                        "with --max-digits 1 a level has too few questions for 10,000: use the run's own "
+                        "post-jump draws, (post-steps + 1) x prompts")
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
     p.add_argument("--sft-batch", type=int, default=16)
     p.add_argument("--sft-lr", type=float, default=3e-5)
+    p.add_argument("--sft-schedule", default="constant", choices=("constant", "cosine"),
+                   help="cosine: 5%% linear warm-up, then down to 0.1x (for --model ladder-llama, from scratch)")
     p.add_argument("--sft-hinted-frac", type=float, default=0.25,
                    help="share of SFT rows from --sft-hinted-level, with the mentor's hint in the prompt")
-    p.add_argument("--sft-hinted-level", type=int, default=5)
+    p.add_argument("--sft-hinted-level", default="5",
+                   help="level(s) of the hinted SFT rows, e.g. 4,5,6 (several shapes, so that a hint is "
+                        "read rather than taken as a sign of one level's shape)")
+    p.add_argument("--sft-only", action="store_true",
+                   help="stop after the supervised warm-up (DIR/seedN/sft/policy), e.g. to measure hints on it "
+                        "with `mentor-fast eval --hint-level`")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -236,9 +265,12 @@ def main() -> None:
                 start_model = sft
             else:
                 start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
-            train(_common(args, pre, seed) + [
-                f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
-                f"trainer.max_steps={args.pre_steps}"])
+            if not args.sft_only:
+                train(_common(args, pre, seed) + [
+                    f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
+                    f"trainer.max_steps={args.pre_steps}"])
+        if args.sft_only:
+            continue
         pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
         arms = {
             "vanilla": ["mentor.enable=false"],
@@ -266,6 +298,8 @@ def main() -> None:
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
             per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
             done.write_text(json.dumps(per_arm[arm][-1]))
+    if args.sft_only:
+        return
     summary: dict = {"setup": vars(args)}
     for arm, seeds in per_arm.items():
         keys = [k for k in seeds[0] if k != "curve"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -61,16 +62,7 @@ def prepare_smollm2(force: bool = False) -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.name_or_path = "SmolLM2-135M-Instruct"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".prepare-", dir=out.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)  # atomic: a half-written folder is never seen under the final name
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    _save_atomic(model, tok, out, ".prepare-")
     return out
 
 
@@ -101,22 +93,110 @@ def build_tiny_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers: 
         pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32)
+    _save_atomic(LlamaForCausalLM(config).to(torch.float32), tok, out, ".tiny-")
+    return out
+
+
+LADDER_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+def _ladder_corpus(n_per_level: int = 300) -> list[str]:
+    """Prompts (templated, with and without the reference mentor's hints) and worked solutions of
+    every ladder level and digit cap: what a ladder run tokenizes. Special tokens are cut out; the
+    tokenizer matches them whole."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from mentor_fast.config import DataConfig
+    from mentor_fast.data.chat import PromptBuilder
+    from mentor_fast.data.ladder import LEVELS, make_problem
+    from mentor_fast.mentor.reference import cold_hint
+
+    builder = PromptBuilder(AutoTokenizer.from_pretrained(prepare_smollm2()), DataConfig().system_prompt, 10**6)
+    texts = []
+    for level in LEVELS:
+        for max_digits in (0, 1, 2):
+            rng = random.Random(f"ladder-tokenizer:{level}:{max_digits}")
+            for i in range(n_per_level):
+                p = make_problem(level, rng, max_digits=max_digits)
+                hint = None if i % 4 == 0 else cold_hint(p, 1 + i % 3)
+                texts.append(builder.render(p, hint))
+                texts.append("\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}.")
+    split = re.compile("|".join(re.escape(t) for t in LADDER_SPECIALS))
+    return [piece for text in texts for piece in split.split(text) if piece]
+
+
+def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers: int = 4,
+                       vocab_size: int = 512) -> Path:
+    """A small Llama for the arithmetic ladder, trained from scratch by its user, with its own tokenizer.
+
+    The tokenizer is a byte-level BPE trained here on ladder text (`_ladder_corpus`), digits split
+    one per token as in SmolLM2, SmolLM2's chat template and special tokens (so prompts and hints are
+    built exactly as for SmolLM2). With under 512 tokens the LM head costs almost nothing: at the
+    defaults the model has 0.7M parameters, and a supervised start on 1-digit ladder levels takes
+    about 8 minutes on 2 cores. `benchmarks/collapse.py --model ladder-llama` uses it where
+    SmolLM2-135M cannot do the arithmetic of the jumped level. Any text still encodes (byte-level
+    fallback). Deterministic for a given seed.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out = Path(out)
+    if (out / "config.json").is_file():
+        return out
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(LADDER_SPECIALS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(_ladder_corpus(), trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    tok.chat_template = AutoTokenizer.from_pretrained(prepare_smollm2()).chat_template
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
+        head_dim=64,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    _save_atomic(LlamaForCausalLM(config).to(torch.float32), tok, out, ".ladder-")
+    return out
+
+
+def _save_atomic(model, tok, out: Path, prefix: str) -> None:
+    """Write model and tokenizer to a temporary sibling, then rename it to `out` in one step, so a
+    half-written folder is never seen under the final name."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def resolve_model_path(path: str) -> Path:
     """Built-in names map to prepared folders (prepared on first use); anything else is a local folder."""
     if path == SMOLLM2:
         return prepare_smollm2()
+    if path.startswith("ladder-llama"):  # "ladder-llama[:<seed>[:<hidden>]]": see build_ladder_llama
+        seed, hidden = ([*map(int, path.split(":")[1:]), 0, 128][:2] if ":" in path else (0, 128))
+        return build_ladder_llama(cache_dir() / f"ladder-llama-{seed}-h{hidden}", seed=seed, hidden=hidden)
     if path.startswith("tiny-llama"):  # "tiny-llama" or "tiny-llama:<seed>": built in code, cached
         seed = int(path.split(":", 1)[1]) if ":" in path else 0
         return build_tiny_llama(cache_dir() / f"tiny-llama-{seed}", seed=seed)

@@ -21,7 +21,7 @@ from mentor_fast.data import (
     load_jsonl,
     make_problem,
 )
-from mentor_fast.data.ladder import EVAL_EXCLUDE_DRAWS
+from mentor_fast.data.ladder import EVAL_EXCLUDE_DRAWS, LEVELS
 from mentor_fast.types import Problem
 
 _ARITH = re.compile(r"^[0-9+\-* ()]+$")
@@ -124,6 +124,20 @@ def test_curriculum_applies_max_digits_to_training_and_evaluation():
         assert max(len(d) for d in re.findall(r"\d+", _expr(p.question))) <= 2, p.question
     with pytest.raises(ValueError, match="data.max_digits"):
         Curriculum(DataConfig(max_digits=-1), seed=0)
+
+
+def test_eval_exclude_draws_is_configurable():
+    """Level 3 with 1-digit operands has about a thousand questions: 10,000 excluded draws leave
+    none, so a run excludes only the draws it makes, and its held-out set still avoids them."""
+    cfg = DataConfig(levels=[3], max_digits=1)
+    with pytest.raises(ValueError, match="cannot supply"):
+        Curriculum(cfg, 0).eval_problems(32, levels=[3])
+    cur = Curriculum(DataConfig(levels=[3], max_digits=1, eval_exclude_draws=300), 0)
+    held_out = {p.question for p in cur.eval_problems(32, levels=[3])}
+    used = {p.question for step in range(75) for p in cur.batch(step, 4)}  # draws 0..299
+    assert len(held_out) == 32 and not held_out & used
+    with pytest.raises(ValueError, match="eval_exclude_draws"):
+        Curriculum(DataConfig(eval_exclude_draws=-1), 0)
 
 
 def test_curriculum_jumps_at_the_chosen_step():
@@ -283,11 +297,12 @@ def test_jsonl_source_epochs_and_eval(tmp_path):
 # -- chat prompts ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    from mentor_fast.models import load_tokenizer
+@pytest.fixture(scope="module", params=["tiny-llama", "ladder-llama"])
+def tokenizer(request):
+    """SmolLM2's tokenizer (tiny-llama carries it) and the ladder model's own byte-level BPE."""
+    from mentor_fast.models import load_tokenizer, resolve_model_path
 
-    return load_tokenizer(tiny_model_path)
+    return load_tokenizer(resolve_model_path(request.param))
 
 
 PROBLEMS = [
@@ -354,3 +369,25 @@ def test_decode_completion_skips_special_tokens(tokenizer):
     ids = tokenizer("The answer is \\boxed{4}.", add_special_tokens=False)["input_ids"]
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert b.decode_completion([*ids, end]) == "The answer is \\boxed{4}."
+
+
+def test_ladder_llama_tokenizer_is_small_and_lossless():
+    from mentor_fast.mentor.reference import cold_hint
+    from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path("ladder-llama")
+    tok = load_tokenizer(path)
+    assert len(tok) <= 512 and load_policy(path).config.vocab_size == len(tok)
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token_id != tok.eos_token_id
+    rng = random.Random("ladder-tokenizer-test")
+    for level in LEVELS:
+        p = make_problem(level, rng)
+        for text in ("\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}.", cold_hint(p, 3),
+                     p.question + " \u00e9\u2019 unseen text"):
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            assert tok.decode(ids) == text
+        digits = tok.convert_ids_to_tokens(tok(p.gold, add_special_tokens=False)["input_ids"])
+        assert digits == list(p.gold)  # one token per digit, as in SmolLM2
+    # Ladder text is compact: the templated question is a few dozen tokens, not hundreds of bytes.
+    prompt = PromptBuilder(tok, DataConfig().system_prompt, 512).encode(make_problem(3, rng))
+    assert len(prompt) < 60

@@ -63,6 +63,9 @@ class DataConfig:
     """Prompts longer than this (after templating) are dropped and counted."""
     eval_size: int = 64
     """Held-out problems for evaluation (ladder: generated from a disjoint seed)."""
+    eval_exclude_draws: int = 10_000
+    """Ladder: held-out problems avoid every question that training items 0 .. N-1 would be. Lower it
+    only for levels with few distinct questions (e.g. `max_digits: 1`), to the draws a run makes."""
 
 
 @dataclass

@@ -26,7 +26,7 @@ g (= step * size + i) draws its level from "ladder:{seed}:level:{g}" and its con
 and a resumed run sees the same problems without stored iterator state. Evaluation item j of a level
 uses "ladder:{seed}:eval:L{level}:{j}", a different string, hence an unrelated stream. Unrelated
 streams can still produce the same question by chance (level 1 has only 9,801 distinct questions),
-so evaluation drops duplicates and any question that a training item g < EVAL_EXCLUDE_DRAWS would be
+so evaluation drops duplicates and any question that a training item g < data.eval_exclude_draws would be
 at any level the curriculum uses or the evaluation asks for (levels share questions: "12 + 10" is a
 level 1 and a level 2 question). This holds whatever the batch size; it costs ~0.3 s per level, once.
 """
@@ -41,7 +41,7 @@ from mentor_fast.config import DataConfig
 from mentor_fast.types import Problem
 
 LEVELS = (1, 2, 3, 4, 5, 6)
-EVAL_EXCLUDE_DRAWS = 10_000
+EVAL_EXCLUDE_DRAWS = 10_000  # the default of data.eval_exclude_draws
 
 Expr = int | tuple[str, "Expr", "Expr"]  # a leaf, or (op, left, right)
 _PREC = {"+": 1, "-": 1, "*": 2}
@@ -167,6 +167,9 @@ class Curriculum:
         self.jump_levels = _check_levels(cfg.jump_levels, "jump_levels")
         self.jump_step = cfg.jump_step
         self.eval_size = cfg.eval_size
+        if cfg.eval_exclude_draws < 0:
+            raise ValueError(f"data.eval_exclude_draws must be >= 0, got {cfg.eval_exclude_draws}")
+        self.eval_exclude_draws = cfg.eval_exclude_draws
         if cfg.max_digits < 0:
             raise ValueError(f"data.max_digits must be >= 0 (0: no cap), got {cfg.max_digits}")
         self.max_digits = cfg.max_digits
@@ -196,7 +199,7 @@ class Curriculum:
     def _train_questions(self, level: int) -> frozenset[str]:
         if level not in self._excluded:
             self._excluded[level] = frozenset(
-                self.train_problem(g, level).question for g in range(EVAL_EXCLUDE_DRAWS)
+                self.train_problem(g, level).question for g in range(self.eval_exclude_draws)
             )
         return self._excluded[level]
 
