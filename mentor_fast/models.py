@@ -72,28 +72,13 @@ def build_tiny_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers: 
     Used by tests and `configs/tiny_test.yaml`: real code paths (tokenizer, chat template, HF and
     vLLM loading) at a size that trains in seconds on 2 cores.
     """
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     out = Path(out)
     if (out / "config.json").is_file():
         return out
     tok = AutoTokenizer.from_pretrained(prepare_smollm2())
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=hidden // 64,
-        num_key_value_heads=hidden // 64,
-        head_dim=64,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    _save_atomic(LlamaForCausalLM(config).to(torch.float32), tok, out, ".tiny-")
+    _save_atomic(_random_llama(tok, hidden, layers, 2048, seed), tok, out, ".tiny-")
     return out
 
 
@@ -140,7 +125,7 @@ def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers
     fallback). Deterministic for a given seed.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     out = Path(out)
     if (out / "config.json").is_file():
@@ -156,6 +141,14 @@ def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>",
                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>")
     tok.chat_template = AutoTokenizer.from_pretrained(prepare_smollm2()).chat_template
+    _save_atomic(_random_llama(tok, hidden, layers, 1024, seed), tok, out, ".ladder-")
+    return out
+
+
+def _random_llama(tok, hidden: int, layers: int, max_positions: int, seed: int):
+    """A randomly initialised fp32 Llama for `tok`: head_dim 64, MLP width 2 x hidden, tied embeddings."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden,
@@ -164,15 +157,14 @@ def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers
         num_attention_heads=hidden // 64,
         num_key_value_heads=hidden // 64,
         head_dim=64,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(seed)
-    _save_atomic(LlamaForCausalLM(config).to(torch.float32), tok, out, ".ladder-")
-    return out
+    return LlamaForCausalLM(config).to(torch.float32)
 
 
 def _save_atomic(model, tok, out: Path, prefix: str) -> None:
