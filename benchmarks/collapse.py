@@ -131,7 +131,8 @@ def _hinted_source(args, seed: int):
     hinted = {int(x) for x in str(args.sft_hinted_level).split(",")}
     if hinted & {args.jump_level, *(int(x) for x in args.easy_levels.split(","))}:
         raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
-    overrides = [f"data.levels=[{args.sft_hinted_level}]", f"data.max_digits={args.max_digits}"]
+    digits = args.max_digits if args.sft_hinted_max_digits is None else args.sft_hinted_max_digits
+    overrides = [f"data.levels=[{args.sft_hinted_level}]", f"data.max_digits={digits}"]
     return build_source(load_config([], overrides).data, seed + 2000)
 
 
@@ -247,6 +248,9 @@ def main() -> None:
     p.add_argument("--sft-hinted-level", default="5",
                    help="level(s) of the hinted SFT rows, e.g. 4,5,6 (several shapes, so that a hint is "
                         "read rather than taken as a sign of one level's shape)")
+    p.add_argument("--sft-hinted-max-digits", type=int, default=None,
+                   help="data.max_digits of the hinted SFT rows (default: --max-digits; 0: no cap). Operands "
+                        "too large for the model make the hint's stated step necessary, not redundant")
     p.add_argument("--sft-only", action="store_true",
                    help="stop after the supervised warm-up (DIR/seedN/sft/policy), e.g. to measure hints on it "
                         "with `mentor-fast eval --hint-level`")
