@@ -32,7 +32,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mentor_fast.config import load_config
+from mentor_fast.config import DataConfig, load_config
 from mentor_fast.metrics import read_metrics
 from mentor_fast.trainer import Trainer
 
@@ -234,7 +234,7 @@ def main() -> None:
                         "policy (copy only what the flags you change leave valid)")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
-    p.add_argument("--eval-exclude-draws", type=int, default=10_000,
+    p.add_argument("--eval-exclude-draws", type=int, default=DataConfig.eval_exclude_draws,
                    help="held-out problems avoid the questions of training draws 0..N-1 (data.eval_exclude_draws); "
                         "with --max-digits 1 a level has too few questions for 10,000: use the run's own "
                         "post-jump draws, (post-steps + 1) x prompts")
@@ -257,6 +257,12 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.sft_only:
+        for seed in range(args.seeds):
+            sft = out / f"seed{seed}" / "sft"
+            if not (args.reuse and (sft / "policy" / "config.json").exists()):
+                sft_warmup(args, sft, seed)
+        return
     per_arm = {"vanilla": [], "mentor": []}
     pre_rows: list[dict] = []
     for seed in range(args.seeds):
@@ -269,12 +275,9 @@ def main() -> None:
                 start_model = sft
             else:
                 start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
-            if not args.sft_only:
-                train(_common(args, pre, seed) + [
-                    f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
-                    f"trainer.max_steps={args.pre_steps}"])
-        if args.sft_only:
-            continue
+            train(_common(args, pre, seed) + [
+                f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
+                f"trainer.max_steps={args.pre_steps}"])
         pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
         arms = {
             "vanilla": ["mentor.enable=false"],
@@ -302,8 +305,6 @@ def main() -> None:
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
             per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
             done.write_text(json.dumps(per_arm[arm][-1]))
-    if args.sft_only:
-        return
     summary: dict = {"setup": vars(args)}
     for arm, seeds in per_arm.items():
         keys = [k for k in seeds[0] if k != "curve"]

@@ -85,20 +85,18 @@ def build_tiny_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers: 
 LADDER_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
-def _ladder_corpus(n_per_level: int = 300) -> list[str]:
+def _ladder_corpus(smollm2_tok, n_per_level: int = 300) -> list[str]:
     """Prompts (templated, with and without the reference mentor's hints) and worked solutions of
     every ladder level and digit cap: what a ladder run tokenizes. Special tokens are cut out; the
     tokenizer matches them whole."""
     import random
-
-    from transformers import AutoTokenizer
 
     from mentor_fast.config import DataConfig
     from mentor_fast.data.chat import PromptBuilder
     from mentor_fast.data.ladder import LEVELS, make_problem
     from mentor_fast.mentor.reference import cold_hint
 
-    builder = PromptBuilder(AutoTokenizer.from_pretrained(prepare_smollm2()), DataConfig().system_prompt, 10**6)
+    builder = PromptBuilder(smollm2_tok, DataConfig().system_prompt, 10**6)
     texts = []
     for level in LEVELS:
         for max_digits in (0, 1, 2):
@@ -130,6 +128,7 @@ def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers
     out = Path(out)
     if (out / "config.json").is_file():
         return out
+    smollm2_tok = AutoTokenizer.from_pretrained(prepare_smollm2())
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -137,10 +136,10 @@ def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(LADDER_SPECIALS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    bpe.train_from_iterator(_ladder_corpus(), trainer)
+    bpe.train_from_iterator(_ladder_corpus(smollm2_tok), trainer)
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>",
                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>")
-    tok.chat_template = AutoTokenizer.from_pretrained(prepare_smollm2()).chat_template
+    tok.chat_template = smollm2_tok.chat_template
     _save_atomic(_random_llama(tok, hidden, layers, 1024, seed), tok, out, ".ladder-")
     return out
 
@@ -182,15 +181,21 @@ def _save_atomic(model, tok, out: Path, prefix: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _name_ints(name: str, defaults: tuple[int, ...]) -> tuple[int, ...]:
+    """The integers after a built-in name's colons ("ladder-llama:1:256"), defaults for the rest."""
+    given = [int(x) for x in name.split(":")[1:]]
+    return (*given[: len(defaults)], *defaults[len(given):])
+
+
 def resolve_model_path(path: str) -> Path:
     """Built-in names map to prepared folders (prepared on first use); anything else is a local folder."""
     if path == SMOLLM2:
         return prepare_smollm2()
     if path.startswith("ladder-llama"):  # "ladder-llama[:<seed>[:<hidden>]]": see build_ladder_llama
-        seed, hidden = ([*map(int, path.split(":")[1:]), 0, 128][:2] if ":" in path else (0, 128))
+        seed, hidden = _name_ints(path, (0, 128))
         return build_ladder_llama(cache_dir() / f"ladder-llama-{seed}-h{hidden}", seed=seed, hidden=hidden)
     if path.startswith("tiny-llama"):  # "tiny-llama" or "tiny-llama:<seed>": built in code, cached
-        seed = int(path.split(":", 1)[1]) if ":" in path else 0
+        (seed,) = _name_ints(path, (0,))
         return build_tiny_llama(cache_dir() / f"tiny-llama-{seed}", seed=seed)
     p = Path(path).expanduser()
     if not (p / "config.json").is_file():

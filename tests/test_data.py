@@ -21,7 +21,7 @@ from mentor_fast.data import (
     load_jsonl,
     make_problem,
 )
-from mentor_fast.data.ladder import EVAL_EXCLUDE_DRAWS, LEVELS
+from mentor_fast.data.ladder import LEVELS
 from mentor_fast.types import Problem
 
 _ARITH = re.compile(r"^[0-9+\-* ()]+$")
@@ -166,7 +166,7 @@ def test_eval_problems_are_disjoint_from_training():
     assert len(ev) == 40 and [p.level for p in ev[:4]] == [1, 2, 1, 2]  # round-robin over used levels
     assert len({p.id for p in ev}) == len({p.question for p in ev}) == 40
     size = 50
-    train = {p.question for step in range(EVAL_EXCLUDE_DRAWS // size) for p in cur.batch(step, size)}
+    train = {p.question for step in range(DataConfig().eval_exclude_draws // size) for p in cur.batch(step, size)}
     assert not train & {p.question for p in ev}
     # The filter is doing work: level 1 has 9,801 questions, so the raw eval stream does hit training.
     raw = {make_problem(1, random.Random(f"ladder:3:eval:L1:{j}")).question for j in range(40)}
@@ -391,3 +391,12 @@ def test_ladder_llama_tokenizer_is_small_and_lossless():
     # Ladder text is compact: the templated question is a few dozen tokens, not hundreds of bytes.
     prompt = PromptBuilder(tok, DataConfig().system_prompt, 512).encode(make_problem(3, rng))
     assert len(prompt) < 60
+
+
+def test_built_in_model_names_fill_missing_numbers_with_defaults():
+    from mentor_fast.models import _name_ints
+
+    assert _name_ints("ladder-llama", (0, 128)) == (0, 128)
+    assert _name_ints("ladder-llama:3", (0, 128)) == (3, 128)  # the width keeps its default
+    assert _name_ints("ladder-llama:1:256", (0, 128)) == (1, 256)
+    assert _name_ints("tiny-llama:2", (0,)) == (2,)

@@ -41,7 +41,6 @@ from mentor_fast.config import DataConfig
 from mentor_fast.types import Problem
 
 LEVELS = (1, 2, 3, 4, 5, 6)
-EVAL_EXCLUDE_DRAWS = 10_000  # the default of data.eval_exclude_draws
 
 Expr = int | tuple[str, "Expr", "Expr"]  # a leaf, or (op, left, right)
 _PREC = {"+": 1, "-": 1, "*": 2}
