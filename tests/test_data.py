@@ -79,6 +79,28 @@ def test_worked_steps_recompute_to_the_gold(level):
         assert len(p.solution_steps) == ops
 
 
+def test_level7_operator_is_defined_only_in_the_worked_solution():
+    from mentor_fast.mentor.guard import leaks_answer
+    from mentor_fast.mentor.reference import cold_hint
+
+    rng = random.Random("level7")
+    questions = set()
+    for _ in range(200):
+        p = make_problem(7, rng)
+        m = re.fullmatch(r"What is (\d) # (\d{1,2})\?", p.question)
+        assert m, p.question  # the question names the operator and never says what it does
+        a, b = int(m.group(1)), int(m.group(2))
+        assert p.gold == str(2 * a + b)
+        assert p.solution_steps == (f"2 * {a} = {2 * a}", f"{2 * a} + {b} = {2 * a + b}")
+        # The plan hint spells the definition out for this problem, without the answer.
+        plan = cold_hint(p, 2)
+        assert f"compute 2 * {a}" in plan and f"(the result of 1) + {b}" in plan, plan
+        assert not leaks_answer(plan, p.gold, p.solution_steps), plan
+        questions.add(p.question)
+    # 891 distinct questions; half the draws have a 1-digit b (81 questions), so those repeat.
+    assert len(questions) > 120
+
+
 def _features(level: int, n: int = 200) -> dict[str, float]:
     rng = random.Random(100 + level)
     probs = [make_problem(level, rng) for _ in range(n)]
@@ -154,7 +176,7 @@ def test_curriculum_jumps_at_the_chosen_step():
 
 def test_bad_levels_are_rejected():
     with pytest.raises(ValueError, match="data.levels"):
-        Curriculum(DataConfig(levels=[7]), seed=0)
+        Curriculum(DataConfig(levels=[8]), seed=0)
     with pytest.raises(ValueError, match="data.jump_levels"):
         Curriculum(DataConfig(jump_levels=[]), seed=0)
 

@@ -10,6 +10,13 @@ Levels (operands are positive integers; every intermediate result is >= 0; `*` b
 | 4   | a * b + c, c + a * b                   | a 2 digits, b, c 1-2       | 2   | 23 * 7 + 15              |
 | 5   | (a +- b) * c +- d, c * (a +- b) +- d   | a, b, d 2 digits, c 1      | 3   | (34 + 18) * 6 - 45       |
 | 6   | a * b +- c +- d, (a +- b) * c +- d * e | 3 digits; b, c, e 1-2; d 2 | 3-4 | (512 - 138) * 7 + 46 * 9 |
+| 7   | a # b, where a # b = 2 * a + b         | a 1 digit, b 1-2 digits    | 2   | 7 # 42                   |
+
+Level 7 is not harder arithmetic but missing knowledge: the question never says what `#` means, so
+a policy that has not been told can only guess, and GRPO has nothing to learn from (zero-reward
+collapse by construction). The worked solution, and so the reference mentor's hints, spell the
+definition out for the problem at hand ("2 * 7 = 14", "14 + 42 = 56"). It isolates the case MENTOR
+is for: a failure a hint can fix and the policy could then learn.
 
 `data.max_digits` caps every operand's digit count while keeping the shapes: with 2, level 3 asks
 for the arithmetic of levels 1-2 in two steps, so a jump from levels 1-2 to it is a jump in the plan
@@ -40,10 +47,11 @@ from collections.abc import Callable
 from mentor_fast.config import DataConfig
 from mentor_fast.types import Problem
 
-LEVELS = (1, 2, 3, 4, 5, 6)
+ARITHMETIC_LEVELS = (1, 2, 3, 4, 5, 6)  # levels whose question states every operation
+LEVELS = (*ARITHMETIC_LEVELS, 7)
 
 Expr = int | tuple[str, "Expr", "Expr"]  # a leaf, or (op, left, right)
-_PREC = {"+": 1, "-": 1, "*": 2}
+_PREC = {"+": 1, "-": 1, "*": 2, "#": 3}
 
 
 def _num(rng: random.Random, lo_digits: int, hi_digits: int) -> int:
@@ -93,8 +101,12 @@ def _level6(rng: random.Random, num: Num) -> Expr:
     return (_pm(rng), left, ("*", num(2, 2), num(1, 2)))
 
 
+def _level7(rng: random.Random, num: Num) -> Expr:
+    return ("#", num(1, 1), num(1, 2))
+
+
 _SHAPES: dict[int, Callable[[random.Random, Num], Expr]] = {
-    1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5, 6: _level6,
+    1: _level1, 2: _level2, 3: _level3, 4: _level4, 5: _level5, 6: _level6, 7: _level7,
 }
 
 
@@ -120,6 +132,8 @@ def solve(e: Expr) -> tuple[int, list[str]]:
     op, left, right = e
     lv, lsteps = solve(left)
     rv, rsteps = solve(right)
+    if op == "#":  # a # b = 2 * a + b, worked out in the defined operations
+        return 2 * lv + rv, [*lsteps, *rsteps, f"2 * {lv} = {2 * lv}", f"{2 * lv} + {rv} = {2 * lv + rv}"]
     value = lv + rv if op == "+" else lv - rv if op == "-" else lv * rv
     return value, [*lsteps, *rsteps, f"{lv} {op} {rv} = {value}"]
 
