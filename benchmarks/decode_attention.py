@@ -7,8 +7,9 @@ Two tables, A/B alternated within each repetition, medians printed:
 1. one decode step of the policy (S sequences, a context of L tokens, a few rows left-padded);
 2. `HFEngine.generate_many` on ladder prompts with and without the reference mentor's level-3 hint
    (the hint makes the prompt ~37 tokens longer), as MENTOR's merged re-rolls do.
-The second table is why cutting MENTOR's re-roll rows from 16 to 4 did not cut its step time:
-a decode step's cost follows the padded context length of the batch more than its row count.
+The second table shows that a hinted row costs more than a plain one: it pads every row of the
+call to its longer prompt. The larger part of MENTOR's generation cost is its extra row-steps
+(re-roll rows, which also run longer); see benchmarks/decode_trace.py.
 """
 
 from __future__ import annotations
