@@ -222,7 +222,7 @@ def main() -> None:
     p.add_argument("--mentor-start-level", type=int, default=3,
                    help="first hint level; on the arithmetic jumps only level 3 rescues the warmed-up 135M model, "
                         "on level 7 the level-2 plan does (see README)")
-    p.add_argument("--mentor-loss-mode", default="replace", choices=("replace", "group", "transfer"))
+    p.add_argument("--mentor-loss-mode", default="replace", choices=("replace", "group", "transfer", "shaping"))
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=4)
     p.add_argument("--step-without-signal", default="true", choices=("true", "false"),

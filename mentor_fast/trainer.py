@@ -84,6 +84,7 @@ class Trainer:
             temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
             pad_id=self.tokenizer.pad_token_id, autocast_bf16=cfg.model.autocast_bf16,
             ref_model=self.ref_model, seed=cfg.seed, transfer_is_cap=cfg.mentor.transfer_is_cap,
+            shaping_gamma=cfg.mentor.shaping_gamma if cfg.mentor.loss_mode == "shaping" else None,
         )
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed)

@@ -79,9 +79,11 @@ class PolicyUpdater:
         ref_model: torch.nn.Module | None = None,
         seed: int = 0,
         transfer_is_cap: float = 1.0,
+        shaping_gamma: float | None = None,
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.transfer_is_cap = transfer_is_cap
+        self.shaping_gamma = shaping_gamma  # set: moved re-rolls get the shaping weight, not IS
         self.loss_cfg, self.trainer_cfg, self.optim_cfg = loss_cfg, trainer_cfg, optim_cfg
         self.temperature, self.max_new_tokens, self.pad_id = temperature, max_new_tokens, pad_id
         self.autocast_bf16 = autocast_bf16
@@ -313,16 +315,25 @@ class PolicyUpdater:
 
     def _is_weights(self, batch: TrainBatch, plan: list[int], old: torch.Tensor,
                     sampler: torch.Tensor) -> torch.Tensor | None:
-        """Truncated IS weights min(pi_old / mu, cap) per token, mu the sampler's log-prob. For a
-        transfer re-roll the ratio carries the context shift (q vs q + hint; cap
+        """Per-token weights on the policy term. Truncated IS min(pi_old / mu, cap), mu the sampler's
+        log-prob: for a transfer re-roll the ratio carries the context shift (q vs q + hint; cap
         mentor.transfer_is_cap); otherwise the engine mismatch (cap loss.is_cap; 0: no correction).
-        The weight is 1 where pi_old is the sampler's log-prob."""
-        caps = [self.transfer_is_cap if _moved(batch, i) else self.loss_cfg.is_cap for i in plan]
-        if not any(c > 0 for c in caps):
+        The weight is 1 where pi_old is the sampler's log-prob. With `shaping_gamma` set, a moved
+        re-roll's tokens get gamma p / (p + gamma)^2, p = pi_old(y|q), instead (see algo/assemble.py)."""
+        moved = [_moved(batch, i) for i in plan]
+        caps = [self.transfer_is_cap if m else self.loss_cfg.is_cap for m in moved]
+        shaped = self.shaping_gamma is not None and any(moved)
+        if not shaped and not any(c > 0 for c in caps):
             return None
-        cap = torch.repeat_interleave(torch.tensor(caps, dtype=torch.float32), batch.completion_lens[plan])
+        lens = batch.completion_lens[plan]
+        cap = torch.repeat_interleave(torch.tensor(caps, dtype=torch.float32), lens)
         ratio = (old - sampler).exp()
-        return torch.where(cap > 0, torch.minimum(ratio, cap), torch.ones_like(ratio))
+        out = torch.where(cap > 0, torch.minimum(ratio, cap), torch.ones_like(ratio))
+        if shaped:
+            gamma, p = self.shaping_gamma, old.exp()
+            is_moved = torch.repeat_interleave(torch.tensor(moved), lens)
+            out = torch.where(is_moved, gamma * p / (p + gamma) ** 2, out)
+        return out
 
     def _fused_micro_step(self, mb, w, adv, sampler, old, ref, is_w):
         """The same objective through mentor_fast.kernels.grpo_loss: no [N, V] logits, the logits

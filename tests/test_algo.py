@@ -157,3 +157,22 @@ def test_micro_batch_plan_respects_budget():
         assert len(p) * max(lengths[i] for i in p) <= 100 or len(p) == 1
     mini = split_mini_batches(10, 3, torch.Generator().manual_seed(0))
     assert sorted(i for m in mini for i in m) == list(range(10)) and len(mini) == 3
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_shaping_weight_gives_luffys_gradient_at_ratio_one(sign):
+    """mentor.loss_mode=shaping weighs the clipped term by gamma p / (p + gamma)^2 (p = pi_old). At the
+    first gradient step (pi = pi_old, ratio 1) the gradient must be that of LUFFY's shaped objective
+    sum_t w_t * -A f(pi_t), f(p) = p / (p + gamma): tiny and large p alike, either sign of A."""
+    gamma = 0.1
+    logp0 = torch.log(torch.tensor([1e-4, 0.01, 0.1, 0.5, 0.99], dtype=torch.float64))
+    adv = sign * torch.tensor([2.5, 2.5, 2.5, 0.7, 0.7], dtype=torch.float64)
+    w = torch.full((5,), 0.2, dtype=torch.float64)
+    p = logp0.exp()
+    is_w = gamma * p / (p + gamma) ** 2
+    ours = logp0.clone().requires_grad_(True)
+    policy_loss(ours, logp0, adv, w, LossConfig(), is_weights=is_w).loss.backward()
+    luffy = logp0.clone().requires_grad_(True)
+    (w * -adv * (luffy.exp() / (luffy.exp() + gamma))).sum().backward()
+    assert torch.allclose(ours.grad, luffy.grad, rtol=1e-9, atol=0)
+    assert ours.grad.abs().min() > 0  # no token of the re-roll is dropped (transfer's IS would drop 1e-4)

@@ -74,11 +74,12 @@ def test_replace_is_deterministic_per_seed(batch):
     assert len(set(positions.values())) > 1  # the replaced failure is chosen at random
 
 
-def test_transfer_trains_the_success_under_the_original_prompt(batch):
+@pytest.mark.parametrize("mode", ["transfer", "shaping"])  # same placement; the update weighs them apart
+def test_transfer_trains_the_success_under_the_original_prompt(batch, mode):
     fail, mixed = batch
     rs = [reroll(fail, WRONG, 1, False), reroll(fail, RIGHT, 2, True)]
     replaced = assemble_groups([fail, mixed], {10: rs}, "replace", seed=3)[0]
-    out = assemble_groups([fail, mixed], {10: rs}, "transfer", seed=3)
+    out = assemble_groups([fail, mixed], {10: rs}, mode, seed=3)
     assert out[1] is mixed and out[0].group_id == 10 and out[0].num_correct == 1
     (moved,) = [r for r in out[0].rollouts if r.origin == "mentor"]
     assert moved.prompt_ids == fail.prompt_ids  # trained under q ...
@@ -109,8 +110,6 @@ def test_input_errors(batch):
     fail, mixed = batch
     with pytest.raises(ValueError, match="not in the batch"):
         assemble_groups([fail], {99: []}, "replace")
-    with pytest.raises(NotImplementedError, match="shaping"):
-        assemble_groups([fail], {}, "shaping")
     with pytest.raises(ValueError):
         assemble_groups([fail], {}, "no-such-mode")
     wrong_id = dataclasses.replace(reroll(fail, RIGHT, 1, True), group_id=11)

@@ -90,6 +90,14 @@ def test_wrong_type_names_key_and_close_match():
     assert proc.returncode == 2 and "rollout.temperature" in proc.stderr
 
 
+def test_cross_field_checks_name_the_key():
+    from mentor_fast.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="mentor.shaping_gamma"):
+        load_config([TINY], ["mentor.loss_mode=shaping", "mentor.shaping_gamma=0"])
+    assert load_config([TINY], ["mentor.loss_mode=shaping"]).mentor.shaping_gamma == 0.1
+
+
 @pytest.mark.parametrize(
     "content,needle",
     [

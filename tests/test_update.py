@@ -183,14 +183,17 @@ def test_shared_plan_counts_each_prompt_once():
     assert plans[0] == [0, 1, 2]  # 2 * 10 + 3 * 8 = 44 fits; a fourth row would not
 
 
-def test_transfer_rerolls_are_weighted_by_pi_old_under_q_over_the_hinted_sampler(tiny_model_path):
-    """mentor.loss_mode=transfer: a re-roll sampled under q + h is trained under q. pi_old is
-    recomputed under q (a plain forward over q + completion gives the same numbers), and each token's
-    IS weight is min(pi_old(y|q) / mu(y|q + h), transfer_is_cap); other sequences get weight 1."""
+@pytest.mark.parametrize("mode", ["transfer", "shaping"])
+def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, mode):
+    """mentor.loss_mode=transfer/shaping: a re-roll sampled under q + h is trained under q. pi_old is
+    recomputed under q (a plain forward over q + completion gives the same numbers). transfer: each
+    token's IS weight is min(pi_old(y|q) / mu(y|q + h), transfer_is_cap); shaping: gamma p / (p + gamma)^2
+    with p = pi_old(y|q), whatever mu was. Other sequences get weight 1."""
     import dataclasses
 
     upd = _updater(tiny_model_path)
     upd.transfer_is_cap = 1.0
+    upd.shaping_gamma = 0.1 if mode == "shaping" else None
     groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     hinted = groups[0].rollouts[-1]
     q = groups[0].prompt_ids
@@ -222,9 +225,11 @@ def test_transfer_rerolls_are_weighted_by_pi_old_under_q_over_the_hinted_sampler
         offsets = dict(zip(plan, [sum(lens[i] for i in plan[:j]) for j in range(len(plan))]))
         for i in plan:
             sl = slice(offsets[i], offsets[i] + lens[i])
-            if i == k:  # recomputed under q (not taken from mu); e^-2 kept, e^2 capped at 1
+            if i == k:  # recomputed under q (not taken from mu)
                 assert torch.allclose(old[sl], want_old, atol=1e-4)
-                assert torch.allclose(is_w[sl], torch.exp(-shift).clamp(max=1.0), atol=1e-4)
+                p = want_old.exp()
+                want = torch.exp(-shift).clamp(max=1.0) if mode == "transfer" else 0.1 * p / (p + 0.1) ** 2
+                assert torch.allclose(is_w[sl], want, atol=1e-4)
             else:
                 assert torch.all(is_w[sl] == 1.0)
     assert k in [i for plan, _, _ in seen for i in plan]

@@ -14,7 +14,12 @@ group that goes into the loss:
   so tokens the hint made likely (a copied intermediate result) count for little, and tokens the
   policy would write anyway count fully (Guide-GRPO's re-weighting toward the no-hint context;
   research/algorithm.md 2.9, mode X).
-- shaping: a reserved name (LUFFY-style policy shaping), not implemented yet.
+- shaping: placed as in transfer (trained under q), but without the importance weight, which is near
+  0 on exactly the tokens the hint supplied. Each token is weighed so that its gradient is that of
+  LUFFY's shaped objective -A f(pi(y_t | q)), f(p) = p / (p + gamma) (research/algorithm.md 2.9,
+  mode S): the update multiplies its clipped term by gamma p / (p + gamma)^2, p = pi_old(y_t | q)
+  (`mentor.shaping_gamma`). At the first gradient step on a batch the ratio is 1 and this gradient
+  is LUFFY's exactly; with more PPO epochs or mini-batches the usual clip applies on top.
 
 Loss mask: prompt tokens, the hint included, are never in the loss. Every Rollout carries its
 whole context in `prompt_ids`, and the trainer masks everything in `prompt_ids`, so no extra
@@ -98,6 +103,7 @@ ASSEMBLERS: dict[LossMode, Assembler] = {
     LossMode.REPLACE: assemble_replace,
     LossMode.GROUP: assemble_group,
     LossMode.TRANSFER: assemble_transfer,
+    LossMode.SHAPING: assemble_transfer,  # same placement; the update weighs the tokens differently
 }
 
 
@@ -137,11 +143,7 @@ def assemble_groups(
 ) -> list[Group]:
     """The batch after MENTOR: `rerolls` maps a group id to that group's re-rolls (replace: all of
     them, any round; group: the G re-rolls of the round to use). Other groups pass unchanged."""
-    mode = LossMode(mode)
-    if mode not in ASSEMBLERS:
-        raise NotImplementedError(
-            f"mentor.loss_mode={mode} is not implemented; available: {[str(m) for m in ASSEMBLERS]}"
-        )
+    mode = LossMode(mode)  # every mode has an assembler (tests/test_mentor_backends.py)
     ids = [g.group_id for g in groups]
     if len(set(ids)) != len(ids):
         raise ValueError("group ids in a batch must be unique")

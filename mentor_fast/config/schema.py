@@ -217,9 +217,10 @@ class MentorConfig:
     """Run MENTOR on groups whose initial rollouts all fail."""
     backend: Literal["reference", "self", "local", "openai"] = "reference"
     """Who writes the diagnosis and hint."""
-    loss_mode: Literal["replace", "group", "transfer"] = "replace"
+    loss_mode: Literal["replace", "group", "transfer", "shaping"] = "replace"
     """replace: successful re-rolls replace failures of the group, trained under q + hint; group: the
-    group is re-rolled; transfer: as replace, trained under q with truncated IS (transfer_is_cap)."""
+    group is re-rolled; transfer: as replace, trained under q with truncated IS (transfer_is_cap);
+    shaping: as transfer, with LUFFY's shaping weight instead of IS (shaping_gamma)."""
     rerolls: int = 4
     """M: re-rolls per group per round (loss_mode=group uses G)."""
     max_rounds: int = 2
@@ -230,6 +231,8 @@ class MentorConfig:
     """Successful re-rolls inserted per rescued group (replace and transfer modes)."""
     transfer_is_cap: float = 1.0
     """loss_mode=transfer: cap on each token's weight pi_old(y|q) / mu(y|q + hint)."""
+    shaping_gamma: float = 0.1
+    """loss_mode=shaping: gamma of f(p) = p / (p + gamma); a token's weight is gamma p / (p + gamma)^2."""
     max_groups_frac: float = 0.5
     """Share of a step's groups the mentor may take."""
     surge_groups_frac: float = 1.0
