@@ -223,6 +223,8 @@ def main() -> None:
                    help="first hint level; on the arithmetic jumps only level 3 rescues the warmed-up 135M model, "
                         "on level 7 the level-2 plan does (see README)")
     p.add_argument("--mentor-loss-mode", default="replace", choices=("replace", "group", "transfer", "shaping"))
+    p.add_argument("--mentor-distill", type=float, default=0.0,
+                   help="mentor.distill_coef: self-distillation of the hinted policy into the bare prompt (0: off)")
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=4)
     p.add_argument("--step-without-signal", default="true", choices=("true", "false"),
@@ -285,7 +287,7 @@ def main() -> None:
             "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
                        f"mentor.start_level={args.mentor_start_level}",
                        f"mentor.max_rounds={args.mentor_rounds}", f"mentor.rerolls={args.mentor_rerolls}",
-                       f"mentor.loss_mode={args.mentor_loss_mode}"],
+                       f"mentor.loss_mode={args.mentor_loss_mode}", f"mentor.distill_coef={args.mentor_distill}"],
         }
         for arm, extra in arms.items():
             done = base / arm / "arm_summary.json"

@@ -85,6 +85,7 @@ class Trainer:
             pad_id=self.tokenizer.pad_token_id, autocast_bf16=cfg.model.autocast_bf16,
             ref_model=self.ref_model, seed=cfg.seed, transfer_is_cap=cfg.mentor.transfer_is_cap,
             shaping_gamma=cfg.mentor.shaping_gamma if cfg.mentor.loss_mode == "shaping" else None,
+            distill_coef=cfg.mentor.distill_coef if cfg.mentor.enable else 0.0,
         )
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed)

@@ -80,10 +80,12 @@ class PolicyUpdater:
         seed: int = 0,
         transfer_is_cap: float = 1.0,
         shaping_gamma: float | None = None,
+        distill_coef: float = 0.0,
     ):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.transfer_is_cap = transfer_is_cap
         self.shaping_gamma = shaping_gamma  # set: moved re-rolls get the shaping weight, not IS
+        self.distill_coef = distill_coef  # > 0: distil the hinted policy into the bare prompt (_distill)
         self.loss_cfg, self.trainer_cfg, self.optim_cfg = loss_cfg, trainer_cfg, optim_cfg
         self.temperature, self.max_new_tokens, self.pad_id = temperature, max_new_tokens, pad_id
         self.autocast_bf16 = autocast_bf16
@@ -248,10 +250,13 @@ class PolicyUpdater:
                 plans = self._plan(batch, [i for i in mini if i in computed])
                 for plan in plans:
                     _accumulate(sums, self._micro_step(batch, plan, weight_of, old_logp, stale, len(plans)))
+                if self.distill_coef > 0:
+                    _accumulate(sums, self._distill(batch, mini))
                 grad_norms.append(self._optimizer_step())
         total = float(batch.completion_lens.sum())
         skipped = total - float(batch.completion_lens[sorted(computed)].sum()) if computed else total
         sums.setdefault("loss", torch.zeros(()))
+        distill = (sums.pop("mentor/distill_kl_sum", None), sums.pop("mentor/distill_tokens_sum", None))
         tokens = sums.pop("tokens", torch.zeros(())).clamp_min(1.0)
         loss = sums.pop("loss") / len(grad_norms)  # the objective of each optimizer step, averaged
         out = {k: (v if k.endswith("_max") else v / tokens) for k, v in sums.items()}
@@ -260,7 +265,49 @@ class PolicyUpdater:
         out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
         out["update/skipped_token_frac"] = torch.tensor(skipped / total if total else 0.0)
         out["update/optimizer_skipped"] = torch.tensor(0.0)
+        if distill[0] is not None:  # mean KL per distilled position, over the epochs
+            out["mentor/distill_kl"] = distill[0] / distill[1].clamp_min(1.0)
         return out
+
+    def _distill(self, batch: TrainBatch, mini: list[int]) -> dict[str, torch.Tensor]:
+        """mentor.distill_coef: for each mentor re-roll y in the mini-batch, the bare prompt q is
+        pulled toward the hinted policy on y's prefixes, lambda sum_t KL(pi(.|q+h, y<t) || pi(.|q, y<t))
+        over the whole vocabulary, the teacher (q + h) detached, divided by the mini-batch's
+        completion tokens like the policy loss (research/algorithm.md 2.9, mode D).
+
+        Forward KL (teacher first), where the memo writes the student first: its logits gradient is
+        lambda (p_student - p_teacher), which lifts a token the hint made likely even when the bare
+        prompt gives it 1e-4 (the case README's run G measures). The reverse KL's gradient on such
+        a token is proportional to its own tiny mass. A re-roll of loss_mode=group has no bare
+        prompt in its group, so it is skipped."""
+        pairs = []
+        for i in mini:
+            r = batch.rollouts[i]
+            if r.origin != "mentor":
+                continue
+            hinted = r.behaviour_prompt_ids or r.prompt_ids
+            bare = next((batch.rollouts[j].prompt_ids for j in range(batch.num_seqs)
+                         if batch.group_index[j] == batch.group_index[i] and batch.rollouts[j].origin == "initial"),
+                        None)
+            if bare is not None and bare != hinted:
+                pairs.append((bare, hinted, list(r.completion_ids)))
+        if not pairs:
+            return {}
+        norm = float(batch.completion_lens[mini].sum())
+        device = next(self.model.parameters()).device
+        total = torch.zeros(())
+        for bare, hinted, completion in pairs:
+            logp = {}
+            for name, prompt in (("teacher", hinted), ("student", bare)):
+                with torch.set_grad_enabled(name == "student"):
+                    ids = torch.tensor([prompt + completion], device=device)
+                    logits = self.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+                    logp[name] = torch.log_softmax(logits / self.temperature, -1)
+            kl = (logp["teacher"].exp() * (logp["teacher"] - logp["student"])).sum()
+            (self.distill_coef * kl / norm).backward()
+            total = total + kl.detach().cpu()
+        return {"mentor/distill_kl_sum": total, "mentor/distill_tokens_sum": torch.tensor(
+            float(sum(len(c) for _, _, c in pairs)))}
 
     def signal_free(self, batch: TrainBatch) -> bool:
         """True when the batch's gradient is exactly 0: every advantage is 0 and no term (KL, entropy

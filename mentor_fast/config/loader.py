@@ -172,6 +172,7 @@ def validate(cfg: RunConfig) -> None:
         (cfg.trainer.max_steps >= 0, "trainer.max_steps must be >= 0"),
         (cfg.mentor.start_level in (1, 2, 3), "mentor.start_level must be 1, 2 or 3"),
         (cfg.mentor.shaping_gamma > 0, "mentor.shaping_gamma must be > 0"),
+        (cfg.mentor.distill_coef >= 0, "mentor.distill_coef must be >= 0"),
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
          "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
         (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),

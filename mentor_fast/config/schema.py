@@ -233,6 +233,9 @@ class MentorConfig:
     """loss_mode=transfer: cap on each token's weight pi_old(y|q) / mu(y|q + hint)."""
     shaping_gamma: float = 0.1
     """loss_mode=shaping: gamma of f(p) = p / (p + gamma); a token's weight is gamma p / (p + gamma)^2."""
+    distill_coef: float = 0.0
+    """lambda of the self-distillation add-on: each mentor re-roll also pulls the bare prompt's
+    next-token distribution toward the hinted one along its tokens (forward KL; 0: off). Any loss_mode but group."""
     max_groups_frac: float = 0.5
     """Share of a step's groups the mentor may take."""
     surge_groups_frac: float = 1.0
