@@ -280,16 +280,13 @@ class PolicyUpdater:
         prompt gives it 1e-4 (the case README's run G measures). The reverse KL's gradient on such
         a token is proportional to its own tiny mass. A re-roll of loss_mode=group has no bare
         prompt in its group, so it is skipped."""
+        bare_of = {int(g): r.prompt_ids for g, r in zip(batch.group_index, batch.rollouts) if r.origin == "initial"}
         pairs = []
         for i in mini:
             r = batch.rollouts[i]
-            if r.origin != "mentor":
-                continue
+            bare = bare_of.get(int(batch.group_index[i]))
             hinted = r.behaviour_prompt_ids or r.prompt_ids
-            bare = next((batch.rollouts[j].prompt_ids for j in range(batch.num_seqs)
-                         if batch.group_index[j] == batch.group_index[i] and batch.rollouts[j].origin == "initial"),
-                        None)
-            if bare is not None and bare != hinted:
+            if r.origin == "mentor" and bare is not None and bare != hinted:
                 pairs.append((bare, hinted, list(r.completion_ids)))
         if not pairs:
             return {}
