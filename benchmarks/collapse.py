@@ -12,11 +12,15 @@ final policies are evaluated on held-out problems of the jumped level without hi
 DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/collapse.png
 (the initial-rollout all-fail fraction against the step, both arms).
 
-MENTOR's knobs: --mentor-start-level (default 3: on the warmed-up 135M model only the level-3 hint
-gets any re-roll right; measure it with `mentor-fast eval --hint-level`), --mentor-rounds,
---mentor-rerolls, --mentor-loss-mode. --step-without-signal false skips AdamW's step on batches
-with no signal in both arms (see optim.step_without_signal). --reuse picks up what an earlier run
-left in DIR.
+The defaults are the README's headline run: a jump from levels 1-2 to level 7 ("What is 7 # 42?",
+where a # b = 2 * a + b and nothing in the question says so), 32 steps after it at lr 2e-5,
+MENTOR with the reference backend, async, `replace`, hints from level 2 (the plan), one round, and
+self-distillation (--mentor-distill 1.0, mentor.distill_coef). AdamW skips batches with no signal in
+both arms (--step-without-signal false; see optim.step_without_signal). The arithmetic jumps of
+the README's runs A-F (levels 3-4) need their flags spelled out there: `--jump-level 3
+--post-steps 12 --post-lr 0 --mentor-start-level 3 --mentor-distill 0 --step-without-signal true
+--eval-exclude-draws 10000`. Measure what a hint level does for a start with `mentor-fast eval
+--hint-level`. --reuse picks up what an earlier run left in DIR.
 
 post_jump_all_fail_frac: mean over post-jump steps of the fraction of groups whose *initial*,
 unhinted rollouts all fail (MENTOR's re-rolls never enter it). heldout_acc_no_hint: sampled
@@ -32,7 +36,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mentor_fast.config import DataConfig, load_config
+from mentor_fast.config import load_config
 from mentor_fast.metrics import read_metrics
 from mentor_fast.trainer import Trainer
 
@@ -207,27 +211,30 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--easy-levels", default="1,2")
-    p.add_argument("--jump-level", type=int, default=3)
+    p.add_argument("--jump-level", type=int, default=7,
+                   help="the level trained after the jump (7: a # b = 2 * a + b, never defined in the question; "
+                        "3-6: harder arithmetic)")
     p.add_argument("--max-digits", type=int, default=0,
                    help="cap on operand digits at every level (data.max_digits; 0: none)")
     p.add_argument("--pre-steps", type=int, default=4)
-    p.add_argument("--post-steps", type=int, default=12)
+    p.add_argument("--post-steps", type=int, default=32)
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--post-lr", type=float, default=None, help="learning rate after the jump (default: --lr)")
+    p.add_argument("--post-lr", type=float, default=2e-5, help="learning rate after the jump (0: --lr)")
     p.add_argument("--loss-impl", default="fused")
     p.add_argument("--mentor-async", default="true")
-    p.add_argument("--mentor-start-level", type=int, default=3,
+    p.add_argument("--mentor-start-level", type=int, default=2,
                    help="first hint level; on the arithmetic jumps only level 3 rescues the warmed-up 135M model, "
                         "on level 7 the level-2 plan does (see README)")
     p.add_argument("--mentor-loss-mode", default="replace", choices=("replace", "group", "transfer", "shaping"))
-    p.add_argument("--mentor-distill", type=float, default=0.0,
-                   help="mentor.distill_coef: self-distillation of the hinted policy into the bare prompt (0: off)")
+    p.add_argument("--mentor-distill", type=float, default=1.0,
+                   help="mentor.distill_coef: self-distillation of the hinted policy into the bare prompt (0: off; "
+                        "the trainer's own default is 0)")
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=4)
-    p.add_argument("--step-without-signal", default="true", choices=("true", "false"),
+    p.add_argument("--step-without-signal", default="false", choices=("true", "false"),
                    help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
                         "step on a batch with no signal (the warm-ups are unchanged)")
     p.add_argument("--reuse", action="store_true",
@@ -237,10 +244,11 @@ def main() -> None:
                         "policy (copy only what the flags you change leave valid)")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
-    p.add_argument("--eval-exclude-draws", type=int, default=DataConfig.eval_exclude_draws,
-                   help="held-out problems avoid the questions of training draws 0..N-1 (data.eval_exclude_draws); "
-                        "with --max-digits 1 a level has too few questions for 10,000: use the run's own "
-                        "post-jump draws, (post-steps + 1) x prompts")
+    p.add_argument("--eval-exclude-draws", type=int, default=1000,
+                   help="held-out problems avoid the questions of training draws 0..N-1 (data.eval_exclude_draws; "
+                        "the trainer's default is 10,000). It must cover the run's post-jump draws, (post-steps + 1) "
+                        "x prompts; level 7 (891 questions) and levels capped by --max-digits 1 have too few "
+                        "questions for 10,000")
     p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
     p.add_argument("--sft-batch", type=int, default=16)
     p.add_argument("--sft-lr", type=float, default=3e-5)
@@ -258,6 +266,11 @@ def main() -> None:
                    help="stop after the supervised warm-up (DIR/seedN/sft/policy), e.g. to measure hints on it "
                         "with `mentor-fast eval --hint-level`")
     args = p.parse_args()
+    if args.eval_exclude_draws < (args.post_steps + 1) * args.prompts:
+        p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
+                f"(--post-steps + 1) x --prompts = {(args.post_steps + 1) * args.prompts}: held-out problems "
+                "could repeat training questions")
+    t_script = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.sft_only:
@@ -267,20 +280,26 @@ def main() -> None:
                 sft_warmup(args, sft, seed)
         return
     per_arm = {"vanilla": [], "mentor": []}
+    stage_walls: dict[str, dict[str, float]] = {}
     pre_rows: list[dict] = []
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
         pre = base / "warmup"
         start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
+        stages = {}  # wall seconds of what this invocation ran (not of what --reuse picked up)
         if not (args.reuse and (start / "config.json").exists()):
             sft = base / "sft" / "policy"
             if args.reuse and (sft / "config.json").exists():
                 start_model = sft
             else:
+                t0 = time.time()
                 start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
+                stages["sft"] = time.time() - t0
+            t0 = time.time()
             train(_common(args, pre, seed) + [
                 f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
                 f"trainer.max_steps={args.pre_steps}"])
+            stages["grpo_warmup"] = time.time() - t0
         pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
         arms = {
             "vanilla": ["mentor.enable=false"],
@@ -304,11 +323,15 @@ def main() -> None:
                 f"model.path={start}",
                 f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"], resume)
             wall = time.time() - t0 + (earlier["wall_s"] if resume else 0.0)
+            stages[arm] = time.time() - t0
             final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
+            t0 = time.time()
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
+            stages[f"{arm}_eval"] = time.time() - t0
             per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
             done.write_text(json.dumps(per_arm[arm][-1]))
-    summary: dict = {"setup": vars(args)}
+        stage_walls[f"seed{seed}"] = stages
+    summary: dict = {"setup": vars(args), "wall_s": {"script": time.time() - t_script, **stage_walls}}
     for arm, seeds in per_arm.items():
         keys = [k for k in seeds[0] if k != "curve"]
         summary[arm] = {k: statistics.mean(s[k] for s in seeds) for k in keys}
