@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from mentor_fast.config import load_config, to_dict
     from mentor_fast.data import PromptBuilder
-    from mentor_fast.models import load_policy, load_tokenizer
+    from mentor_fast.models import load_policy, load_tokenizer, resolve_device
     from mentor_fast.rewards import MathVerifierPool
     from mentor_fast.rollout import make_engine
 
@@ -262,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = _problems(cfg, args)
     weights, tok_path = _model_folder(args.checkpoint, cfg.model.path)
     tokenizer = load_tokenizer(tok_path)
-    model = load_policy(weights, cfg.model.dtype, cfg.model.attn_implementation) if cfg.rollout.engine == "hf" else None
+    model = None
+    if cfg.rollout.engine == "hf":
+        model = load_policy(weights, cfg.model.dtype, cfg.model.attn_implementation).to(resolve_device(cfg.model.device))
     engine = make_engine(cfg.rollout, model, tokenizer, weights, cfg.model.dtype, cfg.seed)
     builder = PromptBuilder.from_config(tokenizer, cfg.data)
     if args.hint_level is not None:

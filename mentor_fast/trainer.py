@@ -22,7 +22,7 @@ from mentor_fast.checkpoint import latest_checkpoint, load_trainer_state, save_c
 from mentor_fast.config import RunConfig, save_config, to_dict
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.metrics import MetricsLogger, peak_mem_gb, to_scalars, write_report
-from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
+from mentor_fast.models import load_policy, load_tokenizer, resolve_device, resolve_model_path
 from mentor_fast.rewards import RewardScorer
 from mentor_fast.rollout import make_engine
 from mentor_fast.rollout.base import Request, SamplingParams, generate_many
@@ -70,7 +70,8 @@ class Trainer:
         ckpt = self._find_resume(resume)
         weights_path = ckpt / "policy" if ckpt else self.model_path
         self.tokenizer = load_tokenizer(self.model_path)
-        self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation)
+        self.device = resolve_device(cfg.model.device)
+        self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation).to(self.device)
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
@@ -105,7 +106,7 @@ class Trainer:
             from mentor_fast.mentor import Mentor
 
             self.mentor = Mentor.from_config(cfg.mentor, self.builder, engine=self.engine,
-                                             tokenizer=self.tokenizer, seed=cfg.seed)
+                                             tokenizer=self.tokenizer, seed=cfg.seed, device=str(self.device))
             # backend=self writes hints with the policy itself, so it cannot run beside the update.
             if cfg.mentor.async_ and cfg.mentor.backend != "self":
                 self._mentor_pool = ThreadPoolExecutor(1, thread_name_prefix="mentor")

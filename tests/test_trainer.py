@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM
 
 from mentor_fast.config import load_config
@@ -53,6 +54,37 @@ def test_two_step_run_writes_metrics_report_and_loadable_checkpoint(tmp_path, mo
     ckpt = out / "checkpoints" / "step_000002"
     model = AutoModelForCausalLM.from_pretrained(ckpt / "policy")
     assert model.config.num_hidden_layers == 2
+
+
+def test_model_device_is_checked_and_resolved():
+    from mentor_fast.config import ConfigError
+    from mentor_fast.models import ModelError, resolve_device
+
+    with pytest.raises(ConfigError, match="model.device"):
+        load_config([TINY], ["model.device=tpu"])
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu").type == "cpu"
+    if torch.cuda.is_available():
+        assert resolve_device("cuda:0") == torch.device("cuda:0")
+    else:  # a GPU asked for and not there is an error, not a silent run on the CPU
+        with pytest.raises(ModelError, match="model.device=cuda"):
+            resolve_device("cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_run_on_gpu_trains_and_generates_there(tmp_path, monkeypatch):
+    (tmp_path / "tiny_rewards.py").write_text(SHAPED_REWARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trainer = Trainer(_cfg(tmp_path / "run", "trainer.max_steps=2", "model.device=cuda", "mentor.enable=true",
+                           'reward.functions=["tiny_rewards:shorter_is_better"]'))
+    try:
+        assert next(trainer.model.parameters()).device.type == "cuda"
+        rows = [trainer.step(step) for step in (1, 2)]
+    finally:
+        trainer.close()
+    assert rows[0]["grad_norm"] > 0 and all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
+    assert rows[-1]["perf/peak_mem_gb"] > 0  # CUDA memory was allocated: the work ran on the GPU
 
 
 def _comparable(row):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -176,6 +177,8 @@ def validate(cfg: RunConfig) -> None:
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
          "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
         (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),
+        (re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.model.device) is not None,
+         f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N"),
     ]
     for ok, msg in checks:
         if not ok:

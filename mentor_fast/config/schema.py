@@ -28,6 +28,9 @@ class ModelConfig:
     """transformers attention backend ("sdpa", "eager", "flash_attention_2")."""
     ref_model: bool = False
     """Keep a frozen copy of the initial policy for the KL term (only used when loss.beta > 0)."""
+    device: str = "auto"
+    """Where the policy trains, and the HF engine and a `local` mentor run: "auto" (the first CUDA
+    device when torch sees one, else the CPU), "cpu", "cuda" or "cuda:N"."""
 
 
 @dataclass
