@@ -322,8 +322,8 @@ def main() -> None:
                 f"optim.lr={args.post_lr or args.lr}", f"optim.step_without_signal={args.step_without_signal}",
                 f"model.path={start}",
                 f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"], resume)
-            wall = time.time() - t0 + (earlier["wall_s"] if resume else 0.0)
             stages[arm] = time.time() - t0
+            wall = stages[arm] + (earlier["wall_s"] if resume else 0.0)
             final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
             t0 = time.time()
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
