@@ -174,6 +174,10 @@ def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float) -> dict:
         "mean_step_s": statistics.mean(r["timing_s/step"] for r in post),
         "rescued_total": sum(r.get("mentor/rescued", 0.0) for r in post),
         "triggered_total": sum(r.get("mentor/triggered", 0.0) for r in post),
+        "rerolls_total": sum(r.get("mentor/rerolls", 0.0) for r in post),
+        "rerolls_cut_total": sum(r.get("mentor/rerolls_cut", 0.0) for r in post),
+        "mean_gen_s": statistics.mean(r["timing_s/gen"] for r in post),
+        "mean_update_s": statistics.mean(r.get("timing_s/update", 0.0) for r in post),
         "wall_s": wall_s,
         "curve": [r["groups/all_fail_frac"] for r in post],
     }
@@ -234,6 +238,11 @@ def main() -> None:
                         "the trainer's own default is 0)")
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=4)
+    p.add_argument("--mentor-set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="further overrides for the MENTOR arm only, e.g. mentor.max_groups_frac=0.5")
+    p.add_argument("--mentor-horizon", type=float, default=0.0,
+                   help="mentor.reroll_horizon: re-rolls cut at this many times the merged call's longest "
+                        "initial rollout (0: off; else >= 1)")
     p.add_argument("--step-without-signal", default="false", choices=("true", "false"),
                    help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
                         "step on a batch with no signal (the warm-ups are unchanged)")
@@ -306,7 +315,8 @@ def main() -> None:
             "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
                        f"mentor.start_level={args.mentor_start_level}",
                        f"mentor.max_rounds={args.mentor_rounds}", f"mentor.rerolls={args.mentor_rerolls}",
-                       f"mentor.loss_mode={args.mentor_loss_mode}", f"mentor.distill_coef={args.mentor_distill}"],
+                       f"mentor.loss_mode={args.mentor_loss_mode}", f"mentor.distill_coef={args.mentor_distill}",
+                       f"mentor.reroll_horizon={args.mentor_horizon}", *args.mentor_set],
         }
         for arm, extra in arms.items():
             done = base / arm / "arm_summary.json"
@@ -333,7 +343,8 @@ def main() -> None:
         stage_walls[f"seed{seed}"] = stages
     summary: dict = {"setup": vars(args), "wall_s": {"script": time.time() - t_script, **stage_walls}}
     for arm, seeds in per_arm.items():
-        keys = [k for k in seeds[0] if k != "curve"]
+        # keys every seed has (an arm summary picked up by --reuse may predate a key)
+        keys = [k for k in seeds[0] if k != "curve" and all(k in s for s in seeds)]
         summary[arm] = {k: statistics.mean(s[k] for s in seeds) for k in keys}
         summary[arm]["per_seed"] = seeds
     v, m = summary["vanilla"], summary["mentor"]

@@ -40,6 +40,11 @@ VARIANTS: dict[str, list[str]] = {
     # MENTOR on a smaller re-roll budget: at most half the groups (surge included), 2 re-rolls each
     "mentor_async_budget_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
                                  "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5"],
+    # Re-rolls may not outlast the merged call's initial rollouts (mentor.reroll_horizon=1).
+    "mentor_async_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll_horizon=1"],
+    "mentor_async_budget_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
+                                     "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5",
+                                     "mentor.reroll_horizon=1"],
 }
 # TRL's GRPOTrainer through the anchor script (../shared/bench/trl_grpo_cpu.py, run from its own
 # virtualenv with --trl-python/--trl-script), alternated with ours on the same machine state.

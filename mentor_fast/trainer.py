@@ -167,8 +167,10 @@ class Trainer:
             except PromptTooLong:
                 metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
         t0 = time.perf_counter()
+        horizon = self.cfg.mentor.reroll_horizon if extra else 0.0
         samples, *extra_samples = self.generate_many([(prompts, self.sampling(step)), *extra],
-                                                     tag="initial+reroll" if extra else "initial")
+                                                     tag="initial+reroll" if extra else "initial",
+                                                     horizon=horizon)
         metrics["timing_s/gen"] = time.perf_counter() - t0
         groups = []
         for g_idx, (p, ids, group_samples) in enumerate(zip(kept, prompts, samples)):
@@ -190,9 +192,13 @@ class Trainer:
         return SamplingParams(n=r.num_generations, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                               top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step, stream))
 
-    def generate_many(self, requests: list[Request], tag: str = "initial") -> list[list[list[Sample]]]:
-        """Engines that count prefix-cache hits per phase (vLLM) get told which phase this is."""
+    def generate_many(self, requests: list[Request], tag: str = "initial",
+                      horizon: float = 0.0) -> list[list[list[Sample]]]:
+        """Engines that count prefix-cache hits per phase (vLLM) get told which phase this is; a
+        re-roll horizon (mentor.reroll_horizon, HF engine only) is passed when set."""
         kwargs = {"tag": tag} if hasattr(self.engine, "pop_metrics") else {}
+        if horizon:
+            kwargs["horizon"] = horizon
         return generate_many(self.engine, requests, **kwargs)
 
     def _reroll_generate(self, prompts, params):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "cut"]  # cut: stopped by a re-roll horizon; never trained on
 Origin = Literal["initial", "mentor"]
 
 

@@ -283,3 +283,33 @@ def test_eos_ids_include_generation_config():
     model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[2, 17]))
     assert eos_token_ids(tok, model) == {2, 17}
     assert eos_token_ids(tok, SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=9))) == {2, 9}
+
+
+@pytest.mark.parametrize("batch_size", [64, 3])  # one chunk; then requests[0]'s rows and the rest in separate chunks
+def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, prompts, batch_size):
+    """mentor.reroll_horizon: once every row of requests[0] has ended, a row of a later request is cut
+    at `horizon` times the longest of them. Rows that end before the limit, and requests[0]'s rows,
+    get the tokens they get without a horizon; a cut row gets the first `limit` of them."""
+    lead = SamplingParams(n=3, max_new_tokens=16, temperature=0.7, top_p=0.9, seed=5)
+    rest = SamplingParams(n=4, max_new_tokens=16, temperature=0.7, top_p=0.9, seed=9)
+    requests = [(prompts[:1], lead), (prompts, rest)]
+    handle = model.lm_head.register_forward_hook(eos_bias_hook)
+    try:
+        full = generate_many(engine(model, tok), requests)
+        cut = engine(model, tok, batch_size).generate_many(requests, horizon=1.0)
+        with pytest.raises(ValueError, match="horizon must be 0"):
+            engine(model, tok).generate_many(requests, horizon=0.5)
+    finally:
+        handle.remove()
+    assert [[s.token_ids for s in g] for g in cut[0]] == [[s.token_ids for s in g] for g in full[0]]
+    limit = max(len(s.token_ids) for s in full[0][0])
+    assert limit < lead.max_new_tokens  # the lead rows stopped early, so there is something to cut
+    n_cut = 0
+    for got, want in zip([s for g in cut[1] for s in g], [s for g in full[1] for s in g]):
+        if len(want.token_ids) <= limit:
+            assert (got.token_ids, got.finish_reason) == (want.token_ids, want.finish_reason)
+        else:
+            n_cut += 1
+            assert got.finish_reason == "cut" and got.token_ids == want.token_ids[:limit]
+            assert len(got.logprobs) == limit
+    assert 0 < n_cut < 8, n_cut  # some later rows were cut, and some ended in time

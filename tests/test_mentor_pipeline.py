@@ -299,3 +299,31 @@ def test_overlong_hinted_prompt_and_deadline_mean_no_hint():
     slow_mentor = mentor_for(ScriptedBackend(slow), timeout_s=0.01)
     [iv] = slow_mentor.write_hints([g], 0)
     assert iv.hint is None and iv.no_hint_reason == "deadline"
+
+
+def test_cut_rerolls_are_dropped_unscored_and_counted():
+    """mentor.reroll_horizon: a re-roll the engine cut (finish_reason "cut") has no answer yet. It is
+    not scored, not a failure, not a candidate for assembly; the step counts it."""
+    import dataclasses
+
+    mentor = mentor_for(rerolls=3, max_rounds=1)
+    groups = batch("FFP")
+    ivs = mentor.write_hints(groups, 0)
+    request = mentor.first_round(ivs, PARAMS)
+    samples = scripted_generate(with_hint(successes=3))(request.prompts, request.params)
+    # every re-roll would solve: only the cuts decide what counts
+    samples[0] = [dataclasses.replace(s, finish_reason="cut") for s in samples[0]]  # all cut
+    samples[1][0] = dataclasses.replace(samples[1][0], finish_reason="cut")  # one cut, two kept
+    scored = []
+    mentor.reroll(ivs, scripted_generate(with_hint()), lambda rs: (scored.extend(rs), exact_score(rs)), PARAMS,
+                  first=(request, samples))
+    out = mentor.finish(groups, ivs, 0)
+    assert len(scored) == 2 and all(r.finish_reason != "cut" for r in scored)
+    assert [len(iv.rerolls) for iv in ivs] == [0, 2] and [iv.cut for iv in ivs] == [3, 1]
+    assert [iv.rescued for iv in ivs] == [False, True]
+    m = out.metrics
+    assert (m["mentor/rerolls"], m["mentor/rerolls_cut"], m["mentor/rescued"]) == (2, 4, 1)
+    after = {g.group_id: g for g in out.groups}
+    assert after[ivs[0].group.group_id].all_fail and after[ivs[1].group.group_id].num_correct == 1
+    assert all(r.finish_reason != "cut" for g in out.groups for r in g.rollouts)
+    assert [row["rerolls_cut"] for row in out.dump_rows] == [3, 1]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mentor_fast.config import load_config
+from mentor_fast.config import ConfigError, load_config
 from mentor_fast.mentor import leaks_answer
 from mentor_fast.metrics import read_metrics
 from mentor_fast.trainer import Trainer
@@ -73,3 +73,33 @@ def test_resume_keeps_the_mentor_queue(tmp_path):
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[1]["mentor/triggered"] >= 1  # step 1's interventions were carried across the restart
+
+
+def test_reroll_horizon_is_checked():
+    for over, msg in [(["mentor.reroll_horizon=0.5"], "0 \\(off\\) or >= 1"),
+                      (["mentor.reroll_horizon=1", "rollout.engine=vllm"], "needs rollout.engine=hf"),
+                      (["mentor.reroll_horizon=1", "mentor.loss_mode=group"], "loss_mode=group")]:
+        with pytest.raises(ConfigError, match=f"mentor.reroll_horizon.*{msg}"):
+            load_config(["configs/tiny_test.yaml"], over)
+
+
+def test_reroll_horizon_cuts_merged_rerolls_in_training(tmp_path):
+    """On a tiny model biased toward EOS (rows end at different steps; fault injection of lengths),
+    mentor.reroll_horizon=1 keeps every merged re-roll within the initial rollouts' longest length:
+    longer ones are cut, counted, and never reach the dump as re-rolls."""
+    from test_hf_engine import eos_bias_hook  # tests/ is on sys.path (pytest rootdir-relative imports)
+
+    cfg = load_config(["configs/tiny_test.yaml"], [
+        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.rerolls=4",
+        "mentor.max_rounds=1", "mentor.reroll_horizon=1", "trainer.max_steps=4", "trainer.tensorboard=false",
+        "rollout.temperature=0.7",
+    ])
+    trainer = Trainer(cfg)
+    trainer.model.lm_head.register_forward_hook(eos_bias_hook)
+    trainer.fit()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    dumps = [json.loads(line) for line in (tmp_path / "mentor.jsonl").read_text().splitlines()]
+    assert all("mentor/rerolls_cut" in r for r in rows[1:])
+    hinted = [d for d in dumps if d["hints"]]
+    assert sum(len(d["rerolls"]) + d["rerolls_cut"] for d in hinted) == 4 * len(hinted)
+    assert sum(r["mentor/rerolls_cut"] for r in rows[1:]) == sum(d["rerolls_cut"] for d in dumps) > 0

@@ -260,6 +260,12 @@ class MentorConfig:
     merge_rerolls: bool = True
     """Async: generate the first re-roll round in the same engine call as the next step's initial
     rollouts (one decode loop instead of two; later rounds stay separate calls)."""
+    reroll_horizon: float = 0.0
+    """Async, merged round (HF engine): a re-roll still running when the last initial rollout of
+    the call has ended may decode up to this many times that rollout's length, then is cut and
+    dropped (mentor/rerolls_cut), so re-rolls cannot make the call longer than that. 0: off (every
+    re-roll runs to EOS or rollout.max_new_tokens); else >= 1. Cuts bias the re-rolls that count
+    toward short ones. Not with loss_mode=group, which needs a full group."""
     fused_call: bool = True
     """LLM backends: diagnose and instruct in one call."""
     model_path: str = ""

@@ -46,6 +46,7 @@ class Intervention:
     rescued: bool = False
     rescue_level: int | None = None
     no_hint_reason: str | None = None  # garbage, error, guard, deadline, too_long
+    cut: int = 0  # re-rolls cut by mentor.reroll_horizon: dropped unscored, in no round
     garbage: int = 0
     latency_s: float = 0.0
     policy_version: int | None = None
@@ -287,7 +288,9 @@ class Mentor:
                 )
             new: list[Rollout] = []
             for iv, ids, ss in zip(active, request.prompts, samples):
-                iv.rounds.append([self._rollout(iv, ids, s) for s in ss])
+                # A re-roll cut by the horizon has no answer yet: it is neither a failure nor trained on.
+                iv.cut += sum(s.finish_reason == "cut" for s in ss)
+                iv.rounds.append([self._rollout(iv, ids, s) for s in ss if s.finish_reason != "cut"])
                 iv.hints.append(iv.hint)
                 iv.policy_version = policy_version
                 new.extend(iv.rounds[-1])
@@ -363,6 +366,7 @@ class Mentor:
             "mentor/latency_s": plan.latency_s if plan else 0.0,
             "mentor/reroll_s": plan.reroll_s if plan else 0.0,
             "mentor/rerolls": sum(len(iv.rerolls) for iv in ivs),
+            "mentor/rerolls_cut": sum(iv.cut for iv in ivs),
             "mentor/leak_rejects": sum(rejects.values()),
             "mentor/graduations": self.scheduler.graduations,
             "groups/all_fail_frac_after_mentor": sum(g.all_fail for g in out) / len(out) if out else 0.0,
@@ -414,6 +418,7 @@ class Mentor:
                 for k, rs in enumerate(iv.rounds)
                 for r in rs
             ],
+            "rerolls_cut": iv.cut,
             "rescued": iv.rescued,
             "no_hint_reason": iv.no_hint_reason,
             "latency_s": round(iv.latency_s, 4),

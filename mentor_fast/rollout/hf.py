@@ -7,6 +7,9 @@ decode loop is written out (not `model.generate`) for two reasons:
 - each sequence draws its randomness from its own stream, seeded from (seed, prompt index,
   sample index), so its tokens do not depend on batch neighbours, padding or `hf_batch_size`.
 A prompt's n samples share one prefill; the prompt's KV rows are repeated n times afterwards.
+Under a horizon (`generate_many(..., horizon=h)`, the async mentor's `mentor.reroll_horizon`)
+the rows of the later requests (merged re-rolls) stop at h times the longest row of the first
+(the initial rollouts), so they cannot keep a call running on a few rows after the rest ended.
 
 On CPU the engine decodes with `CPU_GQA_ATTENTION` in place of transformers' "sdpa"
 (`rollout.hf_gqa_attention`, default on). Under a padding mask, transformers copies the grouped
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -128,6 +132,13 @@ def eos_token_ids(tokenizer, model) -> set[int]:
     return ids
 
 
+class _Horizon:
+    """One generate_many call's horizon: `factor` and the longest ended row of requests[0] so far."""
+
+    def __init__(self, factor: float):
+        self.factor, self.lead_len = factor, 0
+
+
 class HFEngine:
     """RolloutEngine on transformers, sharing the trainer's policy module (no weight copies)."""
 
@@ -157,21 +168,30 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         return self.generate_many([(prompts, params)])[0]
 
-    def generate_many(self, requests: list[Request]) -> list[list[list[Sample]]]:
+    def generate_many(self, requests: list[Request], horizon: float = 0.0) -> list[list[list[Sample]]]:
         """Requests that differ only in n and seed, decoded together; each sequence gets exactly the
-        random stream it would get from its own `generate` call."""
+        random stream it would get from its own `generate` call, and the same tokens unless cut.
+
+        horizon (0: off, else >= 1): the rows of requests[1:] may not outlast requests[0]'s for
+        long. Once every row of requests[0] has ended, a later row that has decoded `horizon` times
+        the longest of them is cut: it comes back with finish_reason "cut" and the tokens so far."""
         for prompts, params in requests:
             self._check(prompts, params)
         check_mergeable(requests)
+        if horizon and horizon < 1:
+            raise ValueError(f"horizon must be 0 (off) or >= 1, got {horizon}")
         if not requests:
             return []
         shared = requests[0][1]
         # Similar prompt lengths share a chunk (less padding); seeds follow the original indices.
+        # Under a horizon requests[0]'s rows come first, so its longest row is known before any
+        # chunk of later rows can be cut.
         rows = sorted(
             ((k, i, j) for k, (prompts, params) in enumerate(requests)
              for i in range(len(prompts)) for j in range(params.n)),
-            key=lambda r: len(requests[r[0]][0][r[1]]),
+            key=lambda r: (bool(horizon) and r[0] > 0, len(requests[r[0]][0][r[1]])),
         )
+        cap = _Horizon(horizon) if horizon else None
         out: list[list[list[Sample | None]]] = [[[None] * p.n for _ in prompts] for prompts, p in requests]
         model = self._model
         modes = [(m, m.training) for m in model.modules()]  # restored exactly, even if mixed
@@ -183,7 +203,8 @@ class HFEngine:
                     chunk = rows[start : start + size]
                     seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, i, j))
                             for k, i, j in chunk]
-                    for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared)):
+                    followers = [k > 0 for k, _, _ in chunk] if cap else None
+                    for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared, followers, cap)):
                         out[k][i][j] = sample
         finally:
             for m, training in modes:
@@ -220,10 +241,10 @@ class HFEngine:
         ).logits[:, -1]
         return cache, mask, logits
 
-    def _decode_chunk(self, chunk: list[tuple[tuple[int, int], list[int], int]],
-                      params: SamplingParams) -> list[Sample]:
+    def _decode_chunk(self, chunk: list[tuple[tuple[int, int], list[int], int]], params: SamplingParams,
+                      followers: list[bool] | None = None, cap: _Horizon | None = None) -> list[Sample]:
         """Decode S sequences (prompt key, prompt ids, row seed); a prompt's sequences share one
-        prefill; finished rows leave the batch."""
+        prefill; finished rows leave the batch. `followers` [S] and `cap`: see `generate_many`."""
         model = self._model
         row_of: dict[tuple[int, int], int] = {}  # prompt key -> its row in the prefill
         uniq: list[list[int]] = []
@@ -260,6 +281,14 @@ class HFEngine:
                     reasons[s] = "stop"
                 elif step + 1 < params.max_new_tokens:
                     keep.append(k)
+                    continue
+                if cap is not None and not followers[s]:
+                    cap.lead_len = max(cap.lead_len, step + 1)
+            if cap is not None and cap.lead_len and not any(not followers[live[k]] for k in keep):
+                limit = math.ceil(cap.factor * cap.lead_len)
+                for k in [k for k in keep if step + 1 >= limit]:
+                    reasons[live[k]] = "cut"
+                keep = [k for k in keep if step + 1 < limit]
             if not keep:
                 break
             if len(keep) < len(live):  # drop finished rows: compute follows the live rows
