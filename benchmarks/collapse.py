@@ -212,6 +212,7 @@ def plot(summary: dict, pre_rows: list[dict], out_png: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. seeds-1 only")
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--easy-levels", default="1,2")
@@ -279,11 +280,13 @@ def main() -> None:
         p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
                 f"(--post-steps + 1) x --prompts = {(args.post_steps + 1) * args.prompts}: held-out problems "
                 "could repeat training questions")
+    if not 0 <= args.first_seed < args.seeds:
+        p.error(f"--first-seed {args.first_seed} must be in [0, --seeds {args.seeds})")
     t_script = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.sft_only:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.seeds):
             sft = out / f"seed{seed}" / "sft"
             if not (args.reuse and (sft / "policy" / "config.json").exists()):
                 sft_warmup(args, sft, seed)
@@ -291,7 +294,7 @@ def main() -> None:
     per_arm = {"vanilla": [], "mentor": []}
     stage_walls: dict[str, dict[str, float]] = {}
     pre_rows: list[dict] = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.seeds):
         base = out / f"seed{seed}"
         pre = base / "warmup"
         start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
@@ -309,7 +312,7 @@ def main() -> None:
                 f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
                 f"trainer.max_steps={args.pre_steps}"])
             stages["grpo_warmup"] = time.time() - t0
-        pre_rows = read_metrics(pre / "metrics.jsonl") if seed == 0 else pre_rows
+        pre_rows = read_metrics(pre / "metrics.jsonl") if seed == args.first_seed else pre_rows
         arms = {
             "vanilla": ["mentor.enable=false"],
             "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",

@@ -42,6 +42,8 @@ VARIANTS: dict[str, list[str]] = {
                                  "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5"],
     # Re-rolls may not outlast the merged call's initial rollouts (mentor.reroll_horizon=1).
     "mentor_async_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll_horizon=1"],
+    "mentor_async_rerolls2_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
+                                       "mentor.reroll_horizon=1"],
     "mentor_async_budget_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
                                      "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5",
                                      "mentor.reroll_horizon=1"],
