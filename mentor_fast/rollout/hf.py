@@ -203,8 +203,7 @@ class HFEngine:
                     chunk = rows[start : start + size]
                     seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, i, j))
                             for k, i, j in chunk]
-                    followers = [k > 0 for k, _, _ in chunk] if cap else None
-                    for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared, followers, cap)):
+                    for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared, cap)):
                         out[k][i][j] = sample
         finally:
             for m, training in modes:
@@ -242,9 +241,9 @@ class HFEngine:
         return cache, mask, logits
 
     def _decode_chunk(self, chunk: list[tuple[tuple[int, int], list[int], int]], params: SamplingParams,
-                      followers: list[bool] | None = None, cap: _Horizon | None = None) -> list[Sample]:
+                      cap: _Horizon | None = None) -> list[Sample]:
         """Decode S sequences (prompt key, prompt ids, row seed); a prompt's sequences share one
-        prefill; finished rows leave the batch. `followers` [S] and `cap`: see `generate_many`."""
+        prefill; finished rows leave the batch. `cap`: see `generate_many`."""
         model = self._model
         row_of: dict[tuple[int, int], int] = {}  # prompt key -> its row in the prefill
         uniq: list[list[int]] = []
@@ -271,6 +270,7 @@ class HFEngine:
         tokens: list[list[int]] = [[] for _ in chunk]
         logprobs: list[list[float]] = [[] for _ in chunk]
         reasons = ["length"] * len(chunk)
+        follower = [k > 0 for (k, _), _, _ in chunk]  # a row of requests[1:]: the horizon may cut it
         for step in range(params.max_new_tokens):
             tok, lp = sample_tokens(logits, uniforms[live, step], params)
             keep = []
@@ -282,9 +282,9 @@ class HFEngine:
                 elif step + 1 < params.max_new_tokens:
                     keep.append(k)
                     continue
-                if cap is not None and not followers[s]:
+                if cap is not None and not follower[s]:
                     cap.lead_len = max(cap.lead_len, step + 1)
-            if cap is not None and cap.lead_len and not any(not followers[live[k]] for k in keep):
+            if cap is not None and cap.lead_len and all(follower[live[k]] for k in keep):
                 limit = math.ceil(cap.factor * cap.lead_len)
                 for k in [k for k in keep if step + 1 >= limit]:
                     reasons[live[k]] = "cut"
