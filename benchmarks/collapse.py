@@ -14,13 +14,18 @@ DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/c
 
 The defaults are the README's headline run: a jump from levels 1-2 to level 7 ("What is 7 # 42?",
 where a # b = 2 * a + b and nothing in the question says so), 32 steps after it at lr 2e-5,
-MENTOR with the reference backend, async, `replace`, hints from level 2 (the plan), one round, and
-self-distillation (--mentor-distill 1.0, mentor.distill_coef). AdamW skips batches with no signal in
+MENTOR with the reference backend, async, `replace`, hints from level 2 (the plan), one round of 2
+re-rolls per failed group, cut at the merged call's longest initial rollout (--mentor-horizon 1)
+and decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes about
+as many rows a step as vanilla), and self-distillation (--mentor-distill 1.0, mentor.distill_coef).
+Until 2026-11-30 the defaults were 4 re-rolls, no horizon and extra rows (`--mentor-rerolls 4
+--mentor-horizon 0 --mentor-budget extra`). AdamW skips batches with no signal in
 both arms (--step-without-signal false; see optim.step_without_signal). The arithmetic jumps of
 the README's runs A-F (levels 3-4) need their flags spelled out there: `--jump-level 3
 --post-steps 12 --post-lr 0 --mentor-start-level 3 --mentor-distill 0 --step-without-signal true
---eval-exclude-draws 10000`. Measure what a hint level does for a start with `mentor-fast eval
---hint-level`. --reuse picks up what an earlier run left in DIR.
+--eval-exclude-draws 10000 --mentor-rerolls 4 --mentor-horizon 0 --mentor-budget extra`. Measure
+what a hint level does for a start with `mentor-fast eval --hint-level`. --reuse picks up what an
+earlier run left in DIR; --arms runs one arm only.
 
 post_jump_all_fail_frac: mean over post-jump steps of the fraction of groups whose *initial*,
 unhinted rollouts all fail (MENTOR's re-rolls never enter it). heldout_acc_no_hint: sampled
@@ -176,6 +181,8 @@ def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float) -> dict:
         "triggered_total": sum(r.get("mentor/triggered", 0.0) for r in post),
         "rerolls_total": sum(r.get("mentor/rerolls", 0.0) for r in post),
         "rerolls_cut_total": sum(r.get("mentor/rerolls_cut", 0.0) for r in post),
+        "prompts_total": sum(r["groups/count"] for r in post),
+        "prompts_skipped_total": sum(r.get("mentor/prompts_skipped", 0.0) for r in post),
         "mean_gen_s": statistics.mean(r["timing_s/gen"] for r in post),
         "mean_update_s": statistics.mean(r.get("timing_s/update", 0.0) for r in post),
         "wall_s": wall_s,
@@ -238,15 +245,21 @@ def main() -> None:
                    help="mentor.distill_coef: self-distillation of the hinted policy into the bare prompt (0: off; "
                         "the trainer's own default is 0)")
     p.add_argument("--mentor-rounds", type=int, default=1)
-    p.add_argument("--mentor-rerolls", type=int, default=4)
+    p.add_argument("--mentor-rerolls", type=int, default=2)
     p.add_argument("--mentor-set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="further overrides for the MENTOR arm only, e.g. mentor.max_groups_frac=0.5")
-    p.add_argument("--mentor-horizon", type=float, default=0.0,
+    p.add_argument("--mentor-horizon", type=float, default=1.0,
                    help="mentor.reroll_horizon: re-rolls cut at this many times the merged call's longest "
                         "initial rollout (0: off; else >= 1)")
+    p.add_argument("--mentor-budget", default="shared", choices=("extra", "shared"),
+                   help="mentor.reroll_budget: shared takes the merged re-rolls' rows out of the step's own "
+                        "(the step skips its last prompts), so MENTOR decodes as many rows as vanilla")
     p.add_argument("--step-without-signal", default="false", choices=("true", "false"),
                    help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
                         "step on a batch with no signal (the warm-ups are unchanged)")
+    p.add_argument("--arms", default="vanilla,mentor", choices=("vanilla,mentor", "vanilla", "mentor"),
+                   help="run only this arm (each seed's start is built if missing; no comparison is written "
+                        "until a run has both arms, e.g. a later --reuse run)")
     p.add_argument("--reuse", action="store_true",
                    help="reuse what an earlier run with the same flags left in DIR/seedN: a finished arm "
                         "(its arm_summary.json; an arm with fewer --post-steps is extended from its last "
@@ -319,9 +332,12 @@ def main() -> None:
                        f"mentor.start_level={args.mentor_start_level}",
                        f"mentor.max_rounds={args.mentor_rounds}", f"mentor.rerolls={args.mentor_rerolls}",
                        f"mentor.loss_mode={args.mentor_loss_mode}", f"mentor.distill_coef={args.mentor_distill}",
-                       f"mentor.reroll_horizon={args.mentor_horizon}", *args.mentor_set],
+                       f"mentor.reroll_horizon={args.mentor_horizon}", f"mentor.reroll_budget={args.mentor_budget}",
+                       *args.mentor_set],
         }
         for arm, extra in arms.items():
+            if arm not in args.arms.split(","):
+                continue
             done = base / arm / "arm_summary.json"
             earlier = json.loads(done.read_text()) if args.reuse and done.exists() else None
             if earlier and len(earlier["curve"]) == args.post_steps:
@@ -344,6 +360,9 @@ def main() -> None:
             per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
             done.write_text(json.dumps(per_arm[arm][-1]))
         stage_walls[f"seed{seed}"] = stages
+    if args.arms != "vanilla,mentor":
+        print(json.dumps({"arms": args.arms, "wall_s": time.time() - t_script, **stage_walls}))
+        return
     summary: dict = {"setup": vars(args), "wall_s": {"script": time.time() - t_script, **stage_walls}}
     for arm, seeds in per_arm.items():
         # keys every seed has (an arm summary picked up by --reuse may predate a key)

@@ -44,6 +44,10 @@ VARIANTS: dict[str, list[str]] = {
     "mentor_async_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll_horizon=1"],
     "mentor_async_rerolls2_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
                                        "mentor.reroll_horizon=1"],
+    # The 8 re-roll rows above taken out of the step's own rows (mentor.reroll_budget=shared): the
+    # step skips its last prompt(s) instead of decoding more rows.
+    "mentor_async_rerolls2_cut_shared_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
+                                              "mentor.reroll_horizon=1", "mentor.reroll_budget=shared"],
     "mentor_async_budget_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
                                      "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5",
                                      "mentor.reroll_horizon=1"],
@@ -70,7 +74,7 @@ BASE = [
 ]
 
 KEYS = ["timing_s/step", "timing_s/gen", "timing_s/reward", "timing_s/old_logprob", "timing_s/update",
-        "timing_s/mentor", "perf/tokens_per_s", "batch/tokens", "acc"]
+        "timing_s/mentor", "perf/tokens_per_s", "batch/tokens", "acc", "groups/count"]
 
 
 def versions() -> dict[str, str]:

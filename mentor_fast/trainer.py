@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -275,7 +276,12 @@ class Trainer:
         request = None
         if hints is not None and cfg.mentor.merge_rerolls:
             request = self.mentor.first_round(hints.interventions, self.sampling(hints.step, 1))
-            metrics["mentor/merged_rerolls"] = float(len(request.prompts) * request.params.n)
+            rows = len(request.prompts) * request.params.n
+            metrics["mentor/merged_rerolls"] = float(rows)
+            if cfg.mentor.reroll_budget == "shared":  # the re-rolls take the rows of the last prompts
+                skip = min(math.ceil(rows / cfg.rollout.num_generations), len(problems) - 1)
+                problems = problems[: len(problems) - skip]
+                metrics["mentor/prompts_skipped"] = float(skip)
         extra_requests = [(request.prompts, request.params)] if request else []
         groups, extra = self.rollout(problems, step, metrics, extra_requests)
         metrics.update(group_metrics(groups))  # the initial rollouts, before the mentor

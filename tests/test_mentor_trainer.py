@@ -83,6 +83,44 @@ def test_reroll_horizon_is_checked():
             load_config(["configs/tiny_test.yaml"], over)
 
 
+def test_shared_reroll_budget_skips_the_last_prompts_of_the_step(tmp_path):
+    """mentor.reroll_budget=shared: the merged re-rolls take the rows of the step's last prompts, so
+    the call decodes at most prompts_per_step x num_generations rows (unless one prompt must stay),
+    and the prompts kept are the ones vanilla GRPO would get first."""
+    prompts, g = 3, 4
+    cfg = load_config(["configs/tiny_test.yaml"], [
+        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
+        "mentor.max_rounds=1", "mentor.max_groups_frac=1", "mentor.reroll_budget=shared",
+        f"rollout.prompts_per_step={prompts}", f"rollout.num_generations={g}", "trainer.max_steps=4",
+        "trainer.tensorboard=false",
+    ])
+    trainer = Trainer(cfg)
+    seen: dict[int, list[str]] = {}
+    rollout = trainer.rollout
+
+    def spy(problems, step, metrics, extra=()):
+        seen[step] = [p.id for p in problems]
+        return rollout(problems, step, metrics, extra)
+
+    trainer.rollout = spy
+    trainer.fit()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert "mentor/prompts_skipped" not in rows[0]  # nothing pending at step 1
+    skipped = 0
+    for row in rows[1:]:
+        step, merged = row["step"], row["mentor/merged_rerolls"]
+        skip = row["mentor/prompts_skipped"]
+        assert merged > 0 and skip == min(-(-merged // g), prompts - 1)
+        assert row["groups/count"] == prompts - skip
+        assert seen[step] == [p.id for p in trainer.source.batch(step, prompts)][: prompts - int(skip)]
+        if skip < prompts - 1:
+            assert row["groups/count"] * g + merged <= prompts * g
+        skipped += skip
+    assert skipped > 0
+    with pytest.raises(ConfigError, match="reroll_budget=shared needs mentor.async=true"):
+        load_config(["configs/tiny_test.yaml"], ["mentor.reroll_budget=shared", "mentor.async=false"])
+
+
 def test_reroll_horizon_cuts_merged_rerolls_in_training(tmp_path):
     """On a tiny model biased toward EOS (rows end at different steps; fault injection of lengths),
     mentor.reroll_horizon=1 keeps every merged re-roll within the initial rollouts' longest length:

@@ -178,6 +178,9 @@ def validate(cfg: RunConfig) -> None:
          f"mentor.reroll_horizon must be 0 (off) or >= 1, got {cfg.mentor.reroll_horizon}"),
         (cfg.mentor.reroll_horizon == 0 or cfg.rollout.engine == "hf",
          "mentor.reroll_horizon needs rollout.engine=hf (the vllm engine cannot cut rows mid-call)"),
+        (cfg.mentor.reroll_budget == "extra" or (cfg.mentor.async_ and cfg.mentor.merge_rerolls),
+         ("mentor.reroll_budget=shared needs mentor.async=true and mentor.merge_rerolls=true "
+          "(only a re-roll round merged into the next step's generate call can take that step's rows)")),
         (cfg.mentor.reroll_horizon == 0 or cfg.mentor.loss_mode != "group",
          "mentor.reroll_horizon cannot be used with mentor.loss_mode=group (a cut re-roll leaves the group short)"),
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),

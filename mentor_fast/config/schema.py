@@ -266,6 +266,12 @@ class MentorConfig:
     dropped (mentor/rerolls_cut), so re-rolls cannot make the call longer than that. 0: off (every
     re-roll runs to EOS or rollout.max_new_tokens); else >= 1. Cuts bias the re-rolls that count
     toward short ones. Not with loss_mode=group, which needs a full group."""
+    reroll_budget: Literal["extra", "shared"] = "extra"
+    """Async, merged round: where its re-roll rows come from. extra: on top of the step's
+    prompts_per_step x num_generations rows. shared: out of them; the step draws its prompts as
+    usual and skips the last ceil(rows / num_generations) (mentor/prompts_skipped; at least one
+    prompt stays), so the call decodes about as many rows as vanilla GRPO's. MENTOR then costs
+    fresh prompts instead of decode time. Later rounds (max_rounds > 1) are always extra."""
     fused_call: bool = True
     """LLM backends: diagnose and instruct in one call."""
     model_path: str = ""
