@@ -293,6 +293,9 @@ def main() -> None:
         p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
                 f"(--post-steps + 1) x --prompts = {(args.post_steps + 1) * args.prompts}: held-out problems "
                 "could repeat training questions")
+    if args.mentor_budget == "shared" and args.mentor_async != "true":
+        p.error("--mentor-budget shared needs --mentor-async true (only a merged re-roll round can take a "
+                "step's rows); add --mentor-budget extra for the synchronous mentor")
     if not 0 <= args.first_seed < args.seeds:
         p.error(f"--first-seed {args.first_seed} must be in [0, --seeds {args.seeds})")
     t_script = time.time()
