@@ -55,6 +55,22 @@ def _common(args, out: Path, seed: int) -> list[str]:
     ]
 
 
+def arm_overrides(args, arm: str, out: Path, seed: int, start: Path | str) -> list[str]:
+    """The post-jump run of one arm ("vanilla" or "mentor") from the policy folder `start`."""
+    extra = {
+        "vanilla": ["mentor.enable=false"],
+        "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
+                   f"mentor.start_level={args.mentor_start_level}",
+                   f"mentor.max_rounds={args.mentor_rounds}", f"mentor.rerolls={args.mentor_rerolls}",
+                   f"mentor.loss_mode={args.mentor_loss_mode}", f"mentor.distill_coef={args.mentor_distill}",
+                   f"mentor.reroll_horizon={args.mentor_horizon}", f"mentor.reroll_budget={args.mentor_budget}",
+                   *args.mentor_set],
+    }[arm]
+    return _common(args, out, seed) + extra + [
+        f"optim.lr={args.post_lr or args.lr}", f"optim.step_without_signal={args.step_without_signal}",
+        f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"]
+
+
 def train(overrides: list[str], resume: str | None = None) -> Path:
     cfg = load_config([], overrides)
     return Trainer(cfg, resume=resume).fit()
@@ -216,7 +232,7 @@ def plot(summary: dict, pre_rows: list[dict], out_png: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. seeds-1 only")
@@ -288,6 +304,11 @@ def main() -> None:
     p.add_argument("--sft-only", action="store_true",
                    help="stop after the supervised warm-up (DIR/seedN/sft/policy), e.g. to measure hints on it "
                         "with `mentor-fast eval --hint-level`")
+    return p
+
+
+def main() -> None:
+    p = build_parser()
     args = p.parse_args()
     if args.eval_exclude_draws < (args.post_steps + 1) * args.prompts:
         p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
@@ -329,18 +350,7 @@ def main() -> None:
                 f"trainer.max_steps={args.pre_steps}"])
             stages["grpo_warmup"] = time.time() - t0
         pre_rows = read_metrics(pre / "metrics.jsonl") if seed == args.first_seed else pre_rows
-        arms = {
-            "vanilla": ["mentor.enable=false"],
-            "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
-                       f"mentor.start_level={args.mentor_start_level}",
-                       f"mentor.max_rounds={args.mentor_rounds}", f"mentor.rerolls={args.mentor_rerolls}",
-                       f"mentor.loss_mode={args.mentor_loss_mode}", f"mentor.distill_coef={args.mentor_distill}",
-                       f"mentor.reroll_horizon={args.mentor_horizon}", f"mentor.reroll_budget={args.mentor_budget}",
-                       *args.mentor_set],
-        }
-        for arm, extra in arms.items():
-            if arm not in args.arms.split(","):
-                continue
+        for arm in args.arms.split(","):
             done = base / arm / "arm_summary.json"
             earlier = json.loads(done.read_text()) if args.reuse and done.exists() else None
             if earlier and len(earlier["curve"]) == args.post_steps:
@@ -350,10 +360,7 @@ def main() -> None:
             # as one longer run; the trainer restores the optimizer, RNGs and pending mentor work).
             resume = "auto" if earlier and len(earlier["curve"]) < args.post_steps else None
             t0 = time.time()
-            run = train(_common(args, base / arm, seed) + extra + [
-                f"optim.lr={args.post_lr or args.lr}", f"optim.step_without_signal={args.step_without_signal}",
-                f"model.path={start}",
-                f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"], resume)
+            run = train(arm_overrides(args, arm, base / arm, seed, start), resume)
             stages[arm] = time.time() - t0
             wall = stages[arm] + (earlier["wall_s"] if resume else 0.0)
             final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"

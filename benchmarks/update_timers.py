@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """Where a MENTOR update's time goes: wall-clock timers around the updater's calls, step by step.
 
-    .venv/bin/python benchmarks/update_timers.py --start runs/collapseCut/seed0/warmup/checkpoints/step_000004/policy
+    .venv/bin/python benchmarks/update_timers.py --start runs/collapseShared/seed0/warmup/checkpoints/step_000004/policy
 
-Runs the MENTOR arm of `collapse.py` as README's run I configures it (level 7, async, `replace`,
-level-2 hints, 2 groups x 2 re-rolls, `reroll_horizon=1`, distillation `--distill`) for `--steps`
-steps from `--start`, and prints per step the update time and the seconds spent in the GRPO
-micro-steps, the distillation term and the optimizer step.
+Runs the MENTOR arm of `collapse.py` (its post-jump configuration, built by the same function) for
+`--steps` steps from `--start`, and prints per step the update time and the seconds spent in the
+GRPO micro-steps, the distillation term and the optimizer step. Any other flag is collapse.py's:
+README's run I, for instance, is `--mentor-budget extra --mentor-set mentor.max_groups_frac=0.5
+mentor.surge_groups_frac=0.5`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import argparse
 import collections
 import tempfile
 import time
+from pathlib import Path
+
+from collapse import arm_overrides, build_parser  # benchmarks/ is sys.path[0] when run as a script
 
 from mentor_fast.config import load_config
 from mentor_fast.trainer import Trainer
@@ -23,21 +27,13 @@ from mentor_fast.trainer import Trainer
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--start", required=True, help="policy folder to start from (an HF checkpoint)")
-    p.add_argument("--distill", type=float, default=1.0, help="mentor.distill_coef")
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--level", type=int, default=7)
-    args = p.parse_args()
+    p.add_argument("--seed", type=int, default=0)
+    args, rest = p.parse_known_args()
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config([], [
-            f"output_dir={out}", "seed=0", "rollout.prompts_per_step=4", "rollout.num_generations=8",
-            "rollout.max_new_tokens=96", "optim.lr=2e-5", "trainer.tensorboard=false", "trainer.threads=2",
-            "trainer.save_every=0", "loss.impl=fused", "optim.step_without_signal=false",
-            "mentor.enable=true", "mentor.backend=reference", "mentor.async=true", "mentor.start_level=2",
-            "mentor.max_rounds=1", "mentor.rerolls=2", "mentor.loss_mode=replace",
-            f"mentor.distill_coef={args.distill}", "mentor.reroll_horizon=1", "mentor.max_groups_frac=0.5",
-            "mentor.surge_groups_frac=0.5", f"model.path={args.start}", f"data.levels=[{args.level}]",
-            f"trainer.max_steps={args.steps}",
-        ])
+        exp = build_parser().parse_args(["--out", out, *rest])
+        cfg = load_config([], arm_overrides(exp, "mentor", Path(out), args.seed, args.start) + [
+            "trainer.save_every=0", f"trainer.max_steps={args.steps}"])
         trainer = Trainer(cfg)
         spent: dict[str, float] = collections.defaultdict(float)
         updater = trainer.updater
