@@ -41,7 +41,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mentor_fast.config import load_config
+from mentor_fast.config import ConfigError, load_config
 from mentor_fast.metrics import read_metrics
 from mentor_fast.trainer import Trainer
 
@@ -314,9 +314,11 @@ def main() -> None:
         p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
                 f"(--post-steps + 1) x --prompts = {(args.post_steps + 1) * args.prompts}: held-out problems "
                 "could repeat training questions")
-    if args.mentor_budget == "shared" and args.mentor_async != "true":
-        p.error("--mentor-budget shared needs --mentor-async true (only a merged re-roll round can take a "
-                "step's rows); add --mentor-budget extra for the synchronous mentor")
+    for arm in args.arms.split(","):  # the arms' config errors now, not after the warm-ups
+        try:
+            load_config([], arm_overrides(args, arm, Path(args.out) / arm, args.first_seed, args.model))
+        except ConfigError as e:
+            p.error(f"the {arm} arm's config: {e}")
     if not 0 <= args.first_seed < args.seeds:
         p.error(f"--first-seed {args.first_seed} must be in [0, --seeds {args.seeds})")
     t_script = time.time()
