@@ -1,13 +1,16 @@
-"""K0: group-relative advantages, and the aggregation weights that encode the loss type.
+"""K0: group-relative advantages, and the aggregation weights that turn token losses into the loss.
 
-The op is O(S) and takes microseconds in torch, so the standalone K0 is torch on every device;
-the Triton K2 row kernel recomputes it in-kernel from `rewards[S]`, `group_ids[S]` and `seq_ids[N]`
-(see grpo_rows.py) so that advantages, log-probs, loss and dz come from one pass over the logits.
+The op is O(S) and takes microseconds in torch, so the standalone K0 is torch on every device (in
+float64, returned as fp32); the Triton K2 row kernel recomputes it in-kernel from `rewards[S]`,
+`group_ids[S]` and `seq_ids[N]` so that advantages, log-probs, loss and dz come from one pass over
+the logits.
 
-Estimators, for a group of G rewards with mean mu and std sigma (ddof 1 by default):
+Estimators (enums.AdvEstimator), for a group of G rewards with mean mu and std sigma (ddof 1 by
+default):
   grpo  A = (r - mu) / (sigma + eps)        dr_grpo  A = r - mu
   batch A = (r - mu) / (batch std + eps)    rloo     A = G / (G - 1) * (r - mu)   (0 if G == 1)
-A group whose rewards are all equal gets A = 0 exactly (no 1e-17 leftovers from the mean).
+A group whose rewards are all equal gets A = 0 exactly: it carries no signal, which is what MENTOR
+targets.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from .options import AdvEstimator, LossType
+from .enums import AdvEstimator, Aggregation
 
 
 def group_advantages_ref(rewards, group_ids, estimator="grpo", ddof: int = 1, eps: float = 1e-6):
@@ -48,18 +51,18 @@ def group_advantages_ref(rewards, group_ids, estimator="grpo", ddof: int = 1, ep
 
 
 def _group_stats(r: torch.Tensor, gid: torch.Tensor, ddof: int):
-    """Per-sequence group mean, std, size and an all-equal flag, all [S]."""
+    """Per-sequence deviation from the group mean, group std, group size and an all-equal flag, [S]."""
     _, inv = torch.unique(gid, return_inverse=True)
     k = int(inv.max()) + 1 if inv.numel() else 0
     zeros = r.new_zeros(k)
     cnt = zeros.index_add(0, inv, torch.ones_like(r))
     mu = zeros.index_add(0, inv, r) / cnt
     dev = r - mu[inv]
-    var = zeros.index_add(0, inv, dev * dev) / (cnt - ddof).clamp_min(1)
-    var = torch.where(cnt > ddof, var, 0.0)
+    ss = zeros.index_add(0, inv, dev**2)
+    std = (ss / (cnt - ddof).clamp_min(1.0)).sqrt()  # a group of <= ddof sequences: ss = 0, std 0
     gmax = zeros.scatter_reduce(0, inv, r, "amax", include_self=False)
     gmin = zeros.scatter_reduce(0, inv, r, "amin", include_self=False)
-    return dev, var.sqrt()[inv], cnt[inv], (gmax == gmin)[inv]
+    return dev, std[inv], cnt[inv], (gmax == gmin)[inv]
 
 
 def _batch_std(r: torch.Tensor, ddof: int) -> torch.Tensor:
@@ -70,23 +73,24 @@ ADV_ESTIMATORS: dict[AdvEstimator, Callable] = {
     AdvEstimator.GRPO: lambda dev, std, cnt, r, ddof, eps: dev / (std + eps),
     AdvEstimator.DR_GRPO: lambda dev, std, cnt, r, ddof, eps: dev,
     AdvEstimator.BATCH: lambda dev, std, cnt, r, ddof, eps: dev / (_batch_std(r, ddof) + eps),
-    AdvEstimator.RLOO: lambda dev, std, cnt, r, ddof, eps: torch.where(
-        cnt > 1, dev * cnt / (cnt - 1).clamp_min(1), 0.0),
+    AdvEstimator.RLOO: lambda dev, std, cnt, r, ddof, eps: cnt / (cnt - 1).clamp_min(1.0) * dev,
 }
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor | None = None, estimator="grpo",
                      ddof: int = 1, eps: float = 1e-6, *, group_size: int | None = None) -> torch.Tensor:
-    """K0. rewards [S] -> advantages [S] fp32. Groups by `group_ids` [S] (any integer labels) or,
-    if omitted, by consecutive blocks of `group_size` sequences."""
-    r = rewards.to(torch.float32)
+    """K0. rewards [S] -> advantages [S] fp32 (computed in float64). Groups by `group_ids` [S] (any
+    integer labels) or, if omitted, by consecutive blocks of `group_size` sequences."""
+    r = rewards.to(torch.float64)
+    if r.numel() == 0:
+        return r.float()
     if group_ids is None:
         if group_size is None:
             raise ValueError("pass group_ids [S] or group_size")
         group_ids = torch.arange(r.numel(), device=r.device) // group_size
     dev, std, cnt, same = _group_stats(r, group_ids.to(r.device), ddof)
     adv = ADV_ESTIMATORS[AdvEstimator(estimator)](dev, std, cnt, r, ddof, eps)
-    return torch.where(same, 0.0, adv)
+    return torch.where(same, 0.0, adv).float()
 
 
 def token_advantages(rewards, seq_ids, group_ids=None, estimator="grpo", ddof: int = 1,
@@ -95,28 +99,40 @@ def token_advantages(rewards, seq_ids, group_ids=None, estimator="grpo", ddof: i
     return group_advantages(rewards, group_ids, estimator, ddof, eps, group_size=group_size)[seq_ids]
 
 
-def _seq_lengths(seq_ids, mask, n_seqs):
-    return torch.zeros(n_seqs, device=mask.device).index_add(0, seq_ids, mask)
+# Per-sequence token weight from the completion lengths L [S] (float64) and the maximum length.
+_SEQUENCE_WEIGHTS: dict[Aggregation, Callable[[torch.Tensor, int], torch.Tensor]] = {
+    Aggregation.TOKEN_MEAN: lambda lens, L: torch.full_like(lens, 1.0 / max(float(lens.sum()), 1.0)),
+    # The same over one micro-batch: called with that micro-batch's lengths.
+    Aggregation.TOKEN_MEAN_MICRO: lambda lens, L: torch.full_like(lens, 1.0 / max(float(lens.sum()), 1.0)),
+    Aggregation.SEQ_MEAN_TOKEN_MEAN: lambda lens, L: 1.0 / (lens.clamp_min(1.0) * lens.numel()),
+    Aggregation.SEQ_MEAN_TOKEN_SUM: lambda lens, L: torch.full_like(lens, 1.0 / lens.numel()),
+    Aggregation.CONSTANT: lambda lens, L: torch.full_like(lens, 1.0 / (lens.numel() * L)),
+}
 
 
-def aggregation_weights(loss_type, seq_ids: torch.Tensor, mask: torch.Tensor | None = None, *,
+def sequence_weights(lengths: torch.Tensor, aggregation, max_len: int | None = None) -> torch.Tensor:
+    """lengths [S] (tokens of each sequence in the loss) -> the weight each of sequence i's tokens
+    gets, [S] float64, so that loss = sum_t w_t l_t is the aggregation. Compute it over the
+    optimizer step's whole batch, so micro-batches add up to the same gradient."""
+    agg = Aggregation(aggregation)
+    if agg is Aggregation.CONSTANT and max_len is None:
+        raise ValueError("aggregation 'constant' needs max_len (the maximum completion length)")
+    if lengths.numel() == 0:
+        return lengths.double()
+    return _SEQUENCE_WEIGHTS[agg](lengths.double(), max_len or 0)
+
+
+def aggregation_weights(aggregation, seq_ids: torch.Tensor, mask: torch.Tensor | None = None, *,
                         n_seqs: int | None = None, total_tokens: float | None = None,
                         max_len: int | None = None) -> torch.Tensor:
-    """Per-token weights w_t with loss = sum_t w_t l_t (mask [N]: 1 = in the loss).
-
-    dapo: token mean over the *global* batch (`total_tokens`, so micro-batches add up exactly);
-    bnpo: token mean over this micro-batch; grpo / gspo: mean over sequences of the token mean;
-    dr_grpo: token sum / (n_seqs * max_len). `n_seqs` defaults to max(seq_ids) + 1.
-    """
-    lt = LossType(loss_type)
-    m = torch.ones_like(seq_ids, dtype=torch.float32) if mask is None else mask.to(torch.float32)
+    """Per-token weights w_t [N] fp32 for packed tokens (mask [N]: 1 = in the loss), from
+    `sequence_weights`. token_mean divides by `total_tokens` when given (the global batch's token
+    count, so micro-batches add up exactly), else by this call's tokens. n_seqs defaults to
+    max(seq_ids) + 1."""
+    m = torch.ones_like(seq_ids, dtype=torch.float64) if mask is None else mask.to(torch.float64)
     s = n_seqs if n_seqs is not None else (int(seq_ids.max()) + 1 if seq_ids.numel() else 0)
-    if lt in (LossType.DAPO, LossType.BNPO):
-        denom = total_tokens if (lt is LossType.DAPO and total_tokens is not None) else m.sum()
-        return m / max(float(denom), 1.0)
-    if lt is LossType.DR_GRPO:
-        if max_len is None:
-            raise ValueError("dr_grpo weights need max_len (the maximum completion length)")
-        return m / float(max(s, 1) * max_len)
-    length = _seq_lengths(seq_ids, m, s).clamp_min(1.0)
-    return m / (length[seq_ids] * max(s, 1))
+    lengths = torch.zeros(s, dtype=torch.float64, device=m.device).index_add(0, seq_ids, m)
+    per_seq = sequence_weights(lengths, aggregation, max_len)
+    if Aggregation(aggregation) is Aggregation.TOKEN_MEAN and total_tokens is not None:
+        per_seq = torch.full_like(per_seq, 1.0 / max(float(total_tokens), 1.0))
+    return (per_seq[seq_ids] * m).float()

@@ -14,20 +14,24 @@ orders the warps; only block 0 can overlap its own reads).
 import torch
 
 from .chunked import dz_with_entropy_, entropy_rows, log_softmax_rows_, rows_torch
+from .enums import AdvEstimator, Backend, KLEstimator, LossType
 from .logprobs import logprob_rows_triton
-from .options import Backend, GRPOLossOutput, GRPOOptions, KLEstimator, chunk_rows, resolve_backend, row_grid
-from .token_math import (
+from .objective import (
     POLICY_LOSSES,
     TokenInputs,
     build_token_inputs,
     fused_advantage_inputs,
-    loss_grad,
     make_output,
     summarize,
+    token_grads,
+    token_objective,
 )
+from .options import GRPOLossOutput, GRPOOptions, chunk_rows, launch_device, resolve_backend, row_grid
 
+# constexpr codes of the row kernel (triton_rows.py); gspo runs the clip code on a given g
 _KL_CODE = {KLEstimator.K1: 1, KLEstimator.K2: 2, KLEstimator.K3: 3}
-_ADV_CODE = {"grpo": 0, "dr_grpo": 1, "batch": 2, "rloo": 3}
+_ADV_CODE = {AdvEstimator.GRPO: 0, AdvEstimator.DR_GRPO: 1, AdvEstimator.BATCH: 2, AdvEstimator.RLOO: 3}
+_LOSS_CODE = {LossType.CLIP: 0, LossType.GSPO: 0, LossType.CISPO: 1, LossType.SAPO: 2}
 
 
 def grpo_rows_triton(z, y, t: TokenInputs, opts: GRPOOptions, *, inv_temp=1.0, need_grad=True, g_given=None,
@@ -53,39 +57,31 @@ def grpo_rows_triton(z, y, t: TokenInputs, opts: GRPOOptions, *, inv_temp=1.0, n
     n_s = int(rew.numel()) if fused_adv is not None else 1
     from .triton_rows import _grpo_rows_kernel
 
-    _grpo_rows_kernel[row_grid(c, z.device)](
-        z, z.stride(0), dz if dz is not None else z, (dz if dz is not None else z).stride(0), y,
-        t.old_logp, t.advantages, t.weights, t.ref_logp if kl else dummy,
-        t.is_weights if t.is_weights is not None else dummy, g_given if g_given is not None else dummy,
-        rew, gid, sid, n_s, logp, ent, adv_out, loss, c, v, inv_temp, opts.eps_low, opts.eps_high,
-        opts.dual_clip, opts.beta, opts.entropy_coef, opts.adv_eps, float(opts.adv_ddof),
-        BLOCK_V=bv, BLOCK_S=max(16, 1 << max(n_s - 1, 0).bit_length()), KL=kl,
-        HAS_IS=t.is_weights is not None, G_GIVEN=g_given is not None, FUSED_ADV=fused_adv is not None,
-        ADV_EST=_ADV_CODE[str(opts.adv_estimator)], NEED_GRAD=bool(need_grad), WITH_ENTROPY=with_ent,
-        ENT_GRAD=opts.entropy_coef != 0, BARRIER=bool(need_grad and z.is_cuda and dz_out is None),
-        num_warps=8 if z.is_cuda else 1)
+    with launch_device(z.device):
+        _grpo_rows_kernel[row_grid(c, z.device)](
+            z, z.stride(0), dz if dz is not None else z, (dz if dz is not None else z).stride(0), y,
+            t.old_logp, t.advantages, t.weights, t.ref_logp if kl else dummy,
+            t.is_weights if t.is_weights is not None else dummy, g_given if g_given is not None else dummy,
+            rew, gid, sid, n_s, logp, ent, adv_out, loss, c, v, inv_temp, opts.eps_low, opts.eps_high,
+            opts.dual_clip, opts.cispo_cap, opts.sapo_tau_pos, opts.sapo_tau_neg, opts.is_cap, opts.beta,
+            opts.entropy_coef, opts.adv_eps, float(opts.adv_ddof),
+            BLOCK_V=bv, BLOCK_S=max(16, 1 << max(n_s - 1, 0).bit_length()), KL=kl,
+            LOSS=_LOSS_CODE[opts.loss_type], HAS_IS=t.is_weights is not None, G_GIVEN=g_given is not None,
+            FUSED_ADV=fused_adv is not None, ADV_EST=_ADV_CODE[opts.adv_estimator], NEED_GRAD=bool(need_grad),
+            WITH_ENTROPY=with_ent, ENT_GRAD=opts.entropy_coef != 0,
+            BARRIER=bool(need_grad and z.is_cuda and dz_out is None), num_warps=8 if z.is_cuda else 1)
     return (logp, ent if with_ent else None, adv_out if fused_adv is not None else None,
             dz if need_grad else None, loss)
-
-
-_KL_REF = {  # as functions of d = logp - ref
-    KLEstimator.K1: lambda d: d,
-    KLEstimator.K2: lambda d: 0.5 * d * d,
-    KLEstimator.K3: lambda d: torch.exp(-d) + d - 1.0,  # exp(ref - logp) - (ref - logp) - 1
-}
 
 
 def grpo_loss_from_logits_ref(logits, targets, old_logp, advantages=None, token_weights=None, *,
                               ref_logp=None, is_weights=None, seq_ids=None, rewards=None, group_ids=None,
                               options: GRPOOptions | None = None, backend=None, **knobs) -> GRPOLossOutput:
-    """Spec of K2 on logits [N, V] (raw, before the temperature), autograd for the gradient.
+    """Spec of K2 on logits [N, V] (raw, before the temperature): log-probs and entropies from the
+    materialised softmax, the loss from objective.token_objective, autograd for every gradient.
 
-        logp_t = log_softmax(z_t / tau)[y_t];   r_t = exp(clamp(logp_t - old_t, -20, 20))
-        pg_t   = max(-A_t r_t, -A_t clip(r_t, 1 - eps_low, 1 + eps_high))
-        dual clip c > 1, only where A_t < 0:  pg_t = min(pg_t, -c A_t)          (verl's form)
-        gspo:  r_t = s_i = exp(clamp(mean over t' in seq i with w_t' != 0 of (logp_t' - old_t'), -20, 20))
-        H_t = -sum_j p_tj log p_tj;  kl_t = k1: d, k2: d^2 / 2, k3: e^-d + d - 1  (d = logp_t - ref_t)
-        loss = sum_t w_t (is_t pg_t + beta kl_t - entropy_coef H_t)
+        logp_t = log_softmax(z_t / tau)[y_t],   H_t = -sum_j p_tj log p_tj
+        loss   = sum_t w_t (is_t pg_t + beta kl_t - entropy_coef H_t)   (pg, kl: objective.py)
     Bytes: the logits plus ~2 [N, V] autograd buffers. Computes in fp32 (fp64 for fp64 logits).
     """
     opts = GRPOOptions.build(options, knobs)
@@ -96,39 +92,27 @@ def grpo_loss_from_logits_ref(logits, targets, old_logp, advantages=None, token_
     logp = logprobs.gather(-1, targets[:, None].long()).squeeze(-1)
     with torch.set_grad_enabled(torch.is_grad_enabled() and opts.entropy_coef != 0):
         entropy = -(logprobs.exp() * logprobs).sum(-1) if opts.need_entropy else None
-    if opts.loss_type == "gspo":
-        active = (t.weights != 0).to(dt)
-        n_s = max(t.n_seqs, int(t.seq_ids.max()) + 1)
-        length = torch.zeros(n_s, dtype=dt).index_add(0, t.seq_ids, active).clamp_min(1)
-        seq_lr = torch.zeros(n_s, dtype=dt).index_add(0, t.seq_ids, (logp - t.old_logp) * active) / length
-        ratio = torch.exp(seq_lr.clamp(-20, 20))[t.seq_ids]
-    else:
-        ratio = torch.exp((logp - t.old_logp).clamp(-20, 20))
-    a = t.advantages
-    pg = torch.maximum(-a * ratio, -a * ratio.clamp(1 - opts.eps_low, 1 + opts.eps_high))
-    if opts.dual_clip > 0:
-        pg = torch.where(a < 0, torch.minimum(pg, -opts.dual_clip * a), pg)
-    tok = pg if t.is_weights is None else pg * t.is_weights
-    if opts.beta != 0 and t.ref_logp is not None:
-        tok = tok + opts.beta * _KL_REF[opts.kl_estimator](logp - t.ref_logp)
-    if opts.entropy_coef != 0:
-        tok = tok - opts.entropy_coef * entropy
-    loss = (t.weights * tok).sum()
-    m = summarize(logp.detach(), None if entropy is None else entropy.detach(), t, opts)
+    loss = token_objective(logp, t, opts, entropy).loss
+    m = summarize(logp, entropy, t, opts)
     return make_output(loss, logp.detach(), entropy, t, m)
 
 
-def _rows_torch_grad(z, y, g, t: TokenInputs, opts: GRPOOptions, need_entropy: bool):
-    """Chunked-torch row work on fp32 logits z [C, V] (overwritten by dz = d loss / d z)."""
-    logp, _ = log_softmax_rows_(z, y, 1.0 / opts.temperature)
+def _rows_torch_grad(z, y, grads, t: TokenInputs, opts: GRPOOptions, need_entropy: bool):
+    """Chunked-torch row work on fp32 logits z [C, V] (overwritten by dz = d loss / d z). `grads`:
+    (d loss / d logp, d loss / d H) when given (gspo: from whole sequences), else from the spec."""
+    logp, _ = log_softmax_rows_(z, y, 1.0 / opts.temperature)  # z := log-probs
     ent = entropy_rows(z) if (need_entropy or opts.entropy_coef != 0) else None
-    if g is None:
-        g = loss_grad(logp, t, opts)
-    if opts.entropy_coef != 0:
-        dz_with_entropy_(z, y, g, ent, opts.entropy_coef * t.weights)
+    g, g_ent = grads if grads is not None else token_grads(logp, t, opts, ent)
+    if g_ent is not None:  # the entropy bonus acts on the whole row
+        dz_with_entropy_(z, y, g, ent, -g_ent)
     else:
         z.exp_().mul_(g[:, None].neg()).scatter_add_(1, y[:, None], g[:, None])
     return logp, ent, z.mul_(1.0 / opts.temperature) if opts.temperature != 1.0 else z
+
+
+def sequence_grads(logp, entropy, t: TokenInputs, opts: GRPOOptions):
+    """gspo's middle phase: (d loss / d logp, d loss / d H) from every token's log-prob at once."""
+    return token_grads(logp, t, opts, entropy if opts.entropy_coef != 0 else None)
 
 
 class _LogitsRun:
@@ -140,11 +124,11 @@ class _LogitsRun:
         opts, t, y = self.opts, self.t, self.targets
         g_all = None
         if need_grad and POLICY_LOSSES[opts.loss_type].sequence_level:  # gspo: all logp first
-            g_all = loss_grad(self._logp(logits), t, opts)
+            g_all = sequence_grads(*self._logp(logits), t, opts)
         dz = (logits if self.inplace else torch.empty_like(logits)) if need_grad else None
         if self.backend is Backend.TRITON:
             logp, ent, adv, _, tok = grpo_rows_triton(logits, y, t, opts, inv_temp=1.0 / opts.temperature,
-                                                      need_grad=need_grad, g_given=g_all,
+                                                      need_grad=need_grad, g_given=None if g_all is None else g_all[0],
                                                       fused_adv=self.fused_adv, dz_out=dz)
             if adv is not None:
                 t.advantages = adv
@@ -158,8 +142,8 @@ class _LogitsRun:
                     parts.append(rows_torch(z, y[s:s + c], inv_temp=1.0 / opts.temperature,
                                             entropy=opts.need_entropy)[::2])
                     continue
-                lp, en, dzc = _rows_torch_grad(z, y[s:s + c], None if g_all is None else g_all[s:s + c],
-                                               tc, opts, opts.need_entropy)
+                given = None if g_all is None else tuple(None if g is None else g[s:s + c] for g in g_all)
+                lp, en, dzc = _rows_torch_grad(z, y[s:s + c], given, tc, opts, opts.need_entropy)
                 if dzc.data_ptr() != dz[s:s + c].data_ptr():
                     dz[s:s + c] = dzc
                 parts.append((lp, en))
@@ -170,14 +154,16 @@ class _LogitsRun:
             self.out["loss"] = tok.sum()
         return dz
 
-
     def _logp(self, logits):
-        inv_t = 1.0 / self.opts.temperature
+        """(logp [N], entropy [N] when the entropy bonus is on) without touching `logits`."""
+        inv_t, ent = 1.0 / self.opts.temperature, self.opts.entropy_coef != 0
         if self.backend is Backend.TRITON:
-            return logprob_rows_triton(logits, self.targets, inv_t, entropy=False).logp
+            st = logprob_rows_triton(logits, self.targets, inv_t, entropy=ent)
+            return st.logp, st.entropy
         c = chunk_rows(logits.shape[0], logits.shape[1], self.opts, logits.device)
-        return torch.cat([rows_torch(logits[s:s + c].to(torch.float32, copy=True), self.targets[s:s + c],
-                                     inv_temp=inv_t)[0] for s in range(0, logits.shape[0], c)])
+        parts = [rows_torch(logits[s:s + c].to(torch.float32, copy=True), self.targets[s:s + c], inv_temp=inv_t,
+                            entropy=ent) for s in range(0, logits.shape[0], c)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[2] for p in parts]) if ent else None
 
 
 class _LogitsGRPOFunction(torch.autograd.Function):

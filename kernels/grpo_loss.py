@@ -12,18 +12,19 @@ from __future__ import annotations
 import torch
 
 from .chunked import LMHead, dz_with_entropy_, entropy_rows, log_softmax_rows_
-from .grpo_logits import grpo_loss_from_logits_ref, grpo_rows_triton
+from .enums import Backend
+from .grpo_logits import grpo_loss_from_logits_ref, grpo_rows_triton, sequence_grads
 from .logprobs import token_logprob_stats
-from .options import Backend, GRPOLossOutput, GRPOOptions, chunk_rows, resolve_backend
-from .token_math import (
+from .objective import (
     POLICY_LOSSES,
     TokenInputs,
     build_token_inputs,
     fused_advantage_inputs,
-    loss_grad,
     make_output,
     summarize,
+    token_grads,
 )
+from .options import GRPOLossOutput, GRPOOptions, chunk_rows, resolve_backend
 
 
 def grpo_loss_ref(hidden, weight, targets, old_logp, advantages=None, token_weights=None, *,
@@ -81,19 +82,20 @@ class _Run:
         return POLICY_LOSSES[self.opts.loss_type].sequence_level
 
     def _sequence_grads(self, h, w, c):
-        """gspo phase 1: all log-probs (K1), then g_t = d loss / d logp_t from whole sequences."""
-        opts, t = self.opts, self.t
-        st = token_logprob_stats(h, w, self.targets, opts.temperature, entropy=False, chunk_tokens=c,
-                                 backend=self.backend)
-        return loss_grad(st.logp, t, opts)
+        """gspo phase 1: all log-probs (K1), then d loss / d logp_t (and d / d H_t) from whole sequences."""
+        opts = self.opts
+        st = token_logprob_stats(h, w, self.targets, opts.temperature, entropy=opts.entropy_coef != 0,
+                                 chunk_tokens=c, backend=self.backend)
+        return sequence_grads(st.logp, st.entropy, self.t, opts)
 
     def _chunk(self, hs, z, s, lm: LMHead, need_dh, dw, g_all):
         """One chunk: z [C, V] fp32 -> (logp, entropy, in-kernel advantages, dH_c); dw += dW_c."""
         opts, e = self.opts, s + hs.shape[0]
         t, y = self.t.rows(s, e), self.targets[s:e]
         need_grad = need_dh or dw is not None
-        g_given = None if g_all is None else g_all[s:e]
+        given = None if g_all is None else tuple(None if g is None else g[s:e] for g in g_all)
         if self.backend is Backend.TRITON:
+            g_given = None if given is None else given[0]
             logp, ent, adv, dz, tok = grpo_rows_triton(z, y, t, opts, inv_temp=lm.inv_temp,
                                                      need_grad=need_grad, g_given=g_given, row0=s,
                                                      fused_adv=self.fused_adv, dz_dtype=self.dz_dtype)
@@ -102,13 +104,14 @@ class _Run:
         logp, lse = log_softmax_rows_(z, y, lm.inv_temp)  # z := log-probs
         if not need_grad:
             return logp, entropy_rows(z) if opts.need_entropy else None, None, None
-        g = g_given if g_given is not None else loss_grad(logp, t, opts)
         if opts.entropy_coef != 0:  # the bonus needs p log p per logit: form dz explicitly
             ent = entropy_rows(z)
-            dz = dz_with_entropy_(z, y, g, ent, opts.entropy_coef * t.weights)
+            g, g_ent = given if given is not None else token_grads(logp, t, opts, ent)
+            dz = dz_with_entropy_(z, y, g, ent, -g_ent)
             if lm.inv_temp != 1.0:  # d/d(raw z) = d/d(z / tau) / tau
                 dz.mul_(lm.inv_temp)
             return logp, ent, None, self._dz_gemms(lm, lm.grad_dtype(dz), hs, need_dh, dw, s == 0)
+        g = given[0] if given is not None else token_grads(logp, t, opts)[0]
         p = z.exp_()  # z := softmax; dz = g (onehot - p) is never formed (chunked.py module doc)
         p.scatter_(1, y[:, None], 0.0)
         m = lm.probs_w(p) if (need_dh or opts.need_entropy) else None

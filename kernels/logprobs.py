@@ -11,7 +11,8 @@ from typing import NamedTuple
 import torch
 
 from .chunked import LMHead, rows_torch
-from .options import Backend, GRPOOptions, chunk_rows, resolve_backend, row_grid
+from .enums import Backend
+from .options import GRPOOptions, chunk_rows, launch_device, resolve_backend, row_grid
 
 
 class LogprobStats(NamedTuple):
@@ -30,8 +31,10 @@ def logprob_rows_triton(z: torch.Tensor, targets: torch.Tensor, inv_temp: float 
     bv = block_v or min(4096 if z.is_cuda else 2048, max(16, 1 << (v - 1).bit_length()))
     from .triton_rows import _logprob_rows_kernel
 
-    _logprob_rows_kernel[row_grid(c, z.device)](z, z.stride(0), targets, logp, lse, ent, c, v, inv_temp,
-                                      BLOCK_V=bv, WITH_ENTROPY=entropy, num_warps=8 if z.is_cuda else 1)
+    with launch_device(z.device):
+        _logprob_rows_kernel[row_grid(c, z.device)](z, z.stride(0), targets, logp, lse, ent, c, v, inv_temp,
+                                                    BLOCK_V=bv, WITH_ENTROPY=entropy,
+                                                    num_warps=8 if z.is_cuda else 1)
     return LogprobStats(logp, lse, ent if entropy else None)
 
 

@@ -6,67 +6,38 @@ Nothing here imports triton: `import mentor_fast.kernels` must work on a machine
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import math
 import os
 from dataclasses import dataclass
 
-try:
-    from enum import StrEnum
-except ImportError:  # Python 3.10
-    from enum import Enum
-
-    class StrEnum(str, Enum):  # type: ignore[no-redef]
-        def __str__(self) -> str:
-            return str(self.value)
-
 import torch
 
-
-class LossType(StrEnum):
-    """Policy-loss variants. grpo/bnpo/dr_grpo/dapo share the token-level clipped objective here:
-    they differ only in the aggregation, which the caller encodes in `token_weights`
-    (see `aggregation_weights`). gspo uses the length-normalised sequence ratio (two-phase path)."""
-
-    GRPO = "grpo"
-    BNPO = "bnpo"
-    DR_GRPO = "dr_grpo"
-    DAPO = "dapo"
-    GSPO = "gspo"
-
-
-class KLEstimator(StrEnum):
-    K1 = "k1"  # logp - ref
-    K2 = "k2"  # (logp - ref)^2 / 2
-    K3 = "k3"  # exp(ref - logp) - (ref - logp) - 1
-
-
-class AdvEstimator(StrEnum):
-    GRPO = "grpo"  # (r - mu) / (std + eps)
-    DR_GRPO = "dr_grpo"  # r - mu
-    BATCH = "batch"  # (r - mu_group) / (batch std + eps)
-    RLOO = "rloo"  # G / (G - 1) * (r - mu)
-
-
-class Backend(StrEnum):
-    TRITON = "triton"  # Triton row kernels (+ cuBLAS/MKL GEMMs); on CPU only under TRITON_INTERPRET=1
-    TORCH = "torch"  # chunked torch: the CPU default
-    REF = "ref"  # plain torch on materialised logits (the spec and the vanilla baseline)
+from .enums import AdvEstimator, Backend, KLEstimator, LossType
 
 
 @dataclass(frozen=True)
 class GRPOOptions:
     """Scalar knobs of `grpo_loss` (pass them as keyword arguments, or as `options=`)."""
 
-    loss_type: LossType = LossType.DAPO
-    """Token-level clipped loss for grpo/bnpo/dr_grpo/dapo; gspo = sequence-level ratio."""
+    loss_type: LossType = LossType.CLIP
+    """The policy term (objective.POLICY_LOSSES): clip, gspo, cispo or sapo. The aggregation is in
+    `token_weights` (see `aggregation_weights`)."""
     eps_low: float = 0.2
     """Lower clip: ratio >= 1 - eps_low."""
     eps_high: float = 0.28
     """Upper clip: ratio <= 1 + eps_high."""
     dual_clip: float = 0.0
-    """Dual-clip constant c > 1 (verl form: for A < 0 the token loss is min(pg, -c * A)); 0 = off."""
+    """Dual-clip constant c > 1 (verl form: for A < 0 the token loss is min(pg, -c * A)); 0 = off.
+    clip and gspo only."""
+    cispo_cap: float = 5.0
+    """cispo: the cap on the detached ratio (TRL and Liger pass it as epsilon_high)."""
+    sapo_tau_pos: float = 1.0
+    """sapo: the gate's temperature for tokens with A > 0."""
+    sapo_tau_neg: float = 1.05
+    """sapo: the gate's temperature for tokens with A <= 0."""
     temperature: float = 1.0
     """Logits are divided by it before the log-softmax (equal to the sampling temperature)."""
     beta: float = 0.0
@@ -94,13 +65,22 @@ class GRPOOptions:
 
     def __post_init__(self) -> None:
         for name, enum in (("loss_type", LossType), ("kl_estimator", KLEstimator), ("adv_estimator", AdvEstimator)):
-            object.__setattr__(self, name, enum(getattr(self, name)))
+            value = getattr(self, name)
+            if value not in {e.value for e in enum}:
+                hint = " (TRL's grpo/bnpo/dr_grpo/dapo are loss_type='clip' with an aggregation in token_weights)" \
+                    if name == "loss_type" else ""
+                raise ValueError(f"{name}={value!r} is not one of {[e.value for e in enum]}{hint}")
+            object.__setattr__(self, name, enum(value))
         if not (self.dual_clip == 0 or self.dual_clip > 1):
             raise ValueError(f"dual_clip must be 0 or > 1, got {self.dual_clip}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.eps_low < 0 or self.eps_high < 0:
             raise ValueError("eps_low and eps_high must be >= 0")
+        if self.dual_clip and self.loss_type not in (LossType.CLIP, LossType.GSPO):
+            raise ValueError(f"dual_clip applies to loss_type clip and gspo, not {self.loss_type}")
+        if self.cispo_cap <= 0 or self.sapo_tau_pos <= 0 or self.sapo_tau_neg <= 0:
+            raise ValueError("cispo_cap, sapo_tau_pos and sapo_tau_neg must be > 0")
 
     @classmethod
     def build(cls, options: GRPOOptions | None, knobs: dict) -> GRPOOptions:
@@ -181,6 +161,12 @@ def chunk_rows(n: int, vocab: int, opts: GRPOOptions, device: torch.device) -> i
     n_chunks = math.ceil(n / c_max)
     c = math.ceil(n / n_chunks)
     return min(c_max, math.ceil(c / 64) * 64) if c_max >= 64 else c
+
+
+def launch_device(device: torch.device):
+    """Context for a kernel launch: Triton launches on the current CUDA device, so a tensor on
+    cuda:1 needs cuda:1 made current for the launch (a no-op on the CPU interpreter)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def nan_scalar(device: torch.device) -> torch.Tensor:

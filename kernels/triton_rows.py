@@ -4,7 +4,7 @@ They live in this one module, imported only by the launchers, so that `import me
 and the CPU default path never import triton. (A kernel nested in a cached builder function would
 keep the layout of one file per op, but the Triton interpreter re-executes kernel source against
 module globals and loses closures.) The launchers, `*_ref` specs and public functions sit in the
-op files; the per-token math mirrors kernels/token_math.py, which is tested against the same refs.
+op files; the per-token math mirrors kernels/objective.py (the spec), and the tests compare the two.
 """
 
 import triton
@@ -75,32 +75,46 @@ def _group_advantage(rew_ptr, gid_ptr, sid, n_seqs, adv_eps, ddof, EST: tl.const
 
 
 @triton.jit
-def _clipped_policy(logp, old, a, eps_low, eps_high, dual_clip):
-    """Token policy loss and d/d logp (before w and the IS weight); mirrors token_math.token_policy."""
+def _policy_term(logp, old, a, eps_low, eps_high, dual_clip, cispo_cap, tau_pos, tau_neg, LOSS: tl.constexpr):
+    """Token policy loss and d/d logp (before w and the IS weight); mirrors objective.POLICY_LOSSES:
+    LOSS 0 clip (gspo runs it on a given g), 1 cispo, 2 sapo."""
     lr = logp - old
     ratio = tl.exp(tl.minimum(tl.maximum(lr, -20.0), 20.0))
-    pg1 = -a * ratio
-    pg2 = -a * tl.minimum(tl.maximum(ratio, 1.0 - eps_low), 1.0 + eps_high)
-    pg = tl.maximum(pg1, pg2)
-    live = (pg1 >= pg2) & (tl.abs(lr) <= 20.0)  # clipped side or clamped log-ratio: no gradient
-    dual = (dual_clip > 0.0) & (a < 0.0) & (pg > -dual_clip * a)
-    pg = tl.where(dual, -dual_clip * a, pg)
-    live = live & (dual == 0)
-    return pg, tl.where(live, -a * ratio, 0.0)
+    in_range = tl.abs(lr) <= 20.0  # the clamped log-ratio carries no gradient outside
+    if LOSS == 1:  # -sg(min(r, cap)) A logp
+        coef = tl.minimum(ratio, cispo_cap)
+        pg = -coef * a * logp
+        dpg = -coef * a
+    elif LOSS == 2:  # -(4 / tau) sigmoid(tau (r - 1)) A
+        tau = tl.where(a > 0.0, tau_pos, tau_neg)
+        gate = tl.sigmoid(tau * (ratio - 1.0))
+        pg = -gate * (4.0 / tau) * a
+        dpg = tl.where(in_range, -4.0 * gate * (1.0 - gate) * ratio * a, 0.0)
+    else:
+        pg1 = -a * ratio
+        pg2 = -a * tl.minimum(tl.maximum(ratio, 1.0 - eps_low), 1.0 + eps_high)
+        pg = tl.maximum(pg1, pg2)
+        live = (pg1 >= pg2) & in_range  # the clipped side has no gradient
+        dual = (dual_clip > 0.0) & (a < 0.0) & (pg > -dual_clip * a)
+        pg = tl.where(dual, -dual_clip * a, pg)
+        live = live & (dual == 0)
+        dpg = tl.where(live, -a * ratio, 0.0)
+    return pg, dpg
 
 
 @triton.jit
 def _kl_terms(d, KL: tl.constexpr):
-    """KL estimator and d/d logp as functions of d = logp - ref (token_math.KL_ESTIMATORS)."""
+    """KL estimator and d/d logp as functions of d = logp - ref (objective.KL_ESTIMATORS)."""
     if KL == 1:
         kl = d
         dkl = d * 0.0 + 1.0
     elif KL == 2:
         kl = 0.5 * d * d
         dkl = d
-    else:
-        kl = tl.exp(-d) + d - 1.0
-        dkl = 1.0 - tl.exp(-d)
+    else:  # x = clamp(ref - logp, -20, 20): exp(x) - x - 1, no gradient outside the clamp
+        x = tl.minimum(tl.maximum(-d, -20.0), 20.0)
+        kl = tl.exp(x) - x - 1.0
+        dkl = tl.where(tl.abs(d) <= 20.0, 1.0 - tl.exp(x), 0.0)
     return kl, dkl
 
 
@@ -126,9 +140,9 @@ def _write_dz(base, dbase, V, y, lse, ent, g, ecw, inv_temp, BLOCK_V: tl.constex
 @triton.jit
 def _grpo_rows_kernel(z_ptr, stride_z, dz_ptr, stride_dz, y_ptr, old_ptr, adv_ptr, w_ptr, ref_ptr,
                       isw_ptr, g_ptr, rew_ptr, gid_ptr, sid_ptr, n_seqs, logp_ptr, ent_ptr, adv_out_ptr,
-                      loss_ptr, n_rows, V, inv_temp, eps_low, eps_high, dual_clip, beta, ent_coef,
-                      adv_eps, ddof, BLOCK_V: tl.constexpr, BLOCK_S: tl.constexpr, KL: tl.constexpr,
-                      HAS_IS: tl.constexpr, G_GIVEN: tl.constexpr, FUSED_ADV: tl.constexpr,
+                      loss_ptr, n_rows, V, inv_temp, eps_low, eps_high, dual_clip, cispo_cap, tau_pos,
+                      tau_neg, is_cap, beta, ent_coef, adv_eps, ddof, BLOCK_V: tl.constexpr,
+                      BLOCK_S: tl.constexpr, KL: tl.constexpr, LOSS: tl.constexpr, HAS_IS: tl.constexpr, G_GIVEN: tl.constexpr, FUSED_ADV: tl.constexpr,
                       ADV_EST: tl.constexpr, NEED_GRAD: tl.constexpr, WITH_ENTROPY: tl.constexpr,
                       ENT_GRAD: tl.constexpr, BARRIER: tl.constexpr):
     for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):  # int64 offsets
@@ -143,9 +157,12 @@ def _grpo_rows_kernel(z_ptr, stride_z, dz_ptr, stride_dz, y_ptr, old_ptr, adv_pt
             tl.store(adv_out_ptr + row, a)
         else:
             a = tl.load(adv_ptr + row)
-        pg, dpg = _clipped_policy(logp, tl.load(old_ptr + row), a, eps_low, eps_high, dual_clip)
+        pg, dpg = _policy_term(logp, tl.load(old_ptr + row), a, eps_low, eps_high, dual_clip, cispo_cap,
+                               tau_pos, tau_neg, LOSS)
         if HAS_IS:
             isw = tl.load(isw_ptr + row)
+            if is_cap > 0.0:
+                isw = tl.minimum(isw, is_cap)
             pg = pg * isw
             dpg = dpg * isw
         tok = pg

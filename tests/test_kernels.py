@@ -67,12 +67,15 @@ def test_token_advantages_broadcast():
 def test_aggregation_weights():
     seq_ids = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
     mask = torch.tensor([1, 1, 0, 1, 1, 0, 0, 0, 0])  # sequence 2 fully masked
-    w = aggregation_weights("grpo", seq_ids, mask, n_seqs=3)
+    w = aggregation_weights("seq_mean_token_mean", seq_ids, mask, n_seqs=3)
     assert torch.allclose(w[:2], torch.full((2,), 1 / 6)) and torch.allclose(w[3:5], torch.full((2,), 1 / 6))
     assert (w[mask == 0] == 0).all()
-    assert aggregation_weights("bnpo", seq_ids, mask).sum().item() == pytest.approx(1.0)
-    assert aggregation_weights("dapo", seq_ids, mask, total_tokens=8)[0].item() == pytest.approx(1 / 8)
-    assert aggregation_weights("dr_grpo", seq_ids, mask, n_seqs=3, max_len=5)[0].item() == pytest.approx(1 / 15)
+    assert aggregation_weights("token_mean_micro", seq_ids, mask).sum().item() == pytest.approx(1.0)
+    assert aggregation_weights("token_mean", seq_ids, mask, total_tokens=8)[0].item() == pytest.approx(1 / 8)
+    assert aggregation_weights("constant", seq_ids, mask, n_seqs=3, max_len=5)[0].item() == pytest.approx(1 / 15)
+    assert aggregation_weights("seq_mean_token_sum", seq_ids, mask, n_seqs=3)[0].item() == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="max_len"):
+        aggregation_weights("constant", seq_ids, mask)
 
 
 # ---------------------------------------------------------------- K1 log-probs
@@ -115,6 +118,8 @@ CASES = {
     "k2_beta_entropy_bonus": {"beta": 0.05, "kl_estimator": "k2", "entropy_coef": 0.02},
     "is_weights_capped": {"is_cap": 1.2},
     "gspo": {"loss_type": "gspo"},
+    "cispo": {"loss_type": "cispo", "cispo_cap": 1.2},
+    "sapo_k3_beta": {"loss_type": "sapo", "beta": 0.1, "kl_estimator": "k3"},
     "fused_k0_rewards": {"rewards": True},
 }
 
@@ -159,7 +164,7 @@ def test_grpo_loss_torch_fp32(case):
     _check_against_ref(b, torch.float32, "torch", case, chunk_tokens=64)
 
 
-@pytest.mark.parametrize("case", ["base", "temperature_dual_clip", "k2_beta_entropy_bonus", "gspo"])
+@pytest.mark.parametrize("case", ["base", "temperature_dual_clip", "k2_beta_entropy_bonus", "gspo", "cispo"])
 def test_grpo_loss_torch_bf16(case):
     b = make_batch(157, 64, 1201, seed=3, temperature=CASES[case].get("temperature", 1.0))
     _check_against_ref(b, torch.bfloat16, "torch", case, chunk_tokens=50)
@@ -242,7 +247,8 @@ def test_tied_embeddings_accumulate():
 def test_microbatching_with_global_weights_matches_full_batch():
     b = make_batch(120, 64, 1000)
     seq = b["seq_ids"]
-    w = aggregation_weights("dapo", seq, b["token_weights"] > 0, total_tokens=float((b["token_weights"] > 0).sum()))
+    w = aggregation_weights("token_mean", seq, b["token_weights"] > 0,
+                            total_tokens=float((b["token_weights"] > 0).sum()))
     full = dict(b, token_weights=w)
     _, dh_full, dw_full = run_loss(grpo_loss, full, torch.float32)
     h = b["hidden"].float().requires_grad_()
@@ -272,4 +278,14 @@ def test_cpu_path_never_imports_triton():
         "grpo_loss(h, w, y, z, torch.ones(5), torch.ones(5)).loss.backward(); token_logprobs(h, w, y)\n"
         "assert 'triton' not in sys.modules, 'triton was imported'\n"
     )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_export_resolves_and_the_enums_import_without_torch():
+    import mentor_fast.kernels as k
+
+    assert sorted(k.__all__) == sorted(k._WHERE)
+    for name in k.__all__:
+        assert getattr(k, name) is not None
+    code = "import sys, mentor_fast.kernels.enums, mentor_fast.config; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
