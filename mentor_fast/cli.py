@@ -1,4 +1,4 @@
-"""`mentor-fast train | eval | bench | prepare-model`."""
+"""`mentor-fast train | sft | eval | bench | prepare-model`."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ def _prepare_model(argv: list[str]) -> int:
     return 0
 
 
+def _sft(argv: list[str]) -> int:
+    from mentor_fast.sft import main
+
+    return main(argv) or 0
+
+
 def _eval(argv: list[str]) -> int:
     from mentor_fast.evaluate import main
 
@@ -54,13 +60,31 @@ def _bench(argv: list[str]) -> int:
     return main(argv) or 0
 
 
-COMMANDS = {"train": _train, "eval": _eval, "bench": _bench, "prepare-model": _prepare_model}
+COMMANDS = {"train": _train, "sft": _sft, "eval": _eval, "bench": _bench, "prepare-model": _prepare_model}
+HELP = """usage: mentor-fast COMMAND [options]   (mentor-fast COMMAND --help for its options)
+
+A single-node GRPO trainer with fused kernels and MENTOR (hints for groups whose rollouts all fail).
+
+commands:
+  train          GRPO (+ MENTOR) training: mentor-fast train --config FILE.yaml [key.sub=value ...]
+  sft            a supervised warm-up on the data's worked solutions (the demo's first stage)
+  eval           sampled pass@k of a policy on held-out problems, optionally with a mentor hint
+  bench          end-to-end step time of trainer variants (and TRL's), alternated, in fresh processes
+  prepare-model  dequantize the embedded SmolLM2-135M-Instruct once into the cache
+
+configuration keys: docs/config.md
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(HELP, end="")
+        return 0
     if not argv or argv[0] not in COMMANDS:
-        print(f"usage: mentor-fast {{{'|'.join(COMMANDS)}}} [options]  (mentor-fast CMD --help)", file=sys.stderr)
+        print(HELP, end="", file=sys.stderr)
+        if argv:
+            print(f"error: unknown command {argv[0]!r}", file=sys.stderr)
         return 2
     try:
         return COMMANDS[argv[0]](argv[1:])

@@ -97,31 +97,47 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def write_report(metrics_path: Path, out_png: Path, title: str = "") -> None:
-    """Reward, accuracy and the all-fail fraction against the step."""
+    """Reward and accuracy, the all-fail fraction of the initial rollouts, and with MENTOR the same
+    groups after its re-rolls were assembled, and its triggered and rescued groups per step. The
+    mentor's results are drawn at the step whose groups they helped (`mentor/hinted_step`: with
+    async MENTOR, step t's failures are re-rolled and reported at step t+1)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = read_metrics(metrics_path)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    panels = [
-        ("reward/mean", "reward"),
-        ("acc", "accuracy"),
-        ("groups/all_fail_frac", "all-fail group fraction"),
-    ]
-    for ax, (key, label) in zip(axes, panels):
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", ms=3)
-        if key == "groups/all_fail_frac":
-            after = [(r["step"], r[k]) for r in rows for k in ["groups/all_fail_frac_after_mentor"] if k in r]
-            if after:
-                ax.plot(*zip(*after), marker="x", ms=3, label="after mentor")
-                ax.legend()
+    mentor = [r for r in rows if "mentor/triggered" in r]
+    fig, axes = plt.subplots(1, 3 if mentor else 2, figsize=(14 if mentor else 9.5, 3.8))
+    series = lambda key: [(r["step"], r[key]) for r in rows if key in r]
+    ax = axes[0]
+    for key, label in (("reward/mean", "reward"), ("acc", "accuracy")):
+        if pts := series(key):
+            ax.plot(*zip(*pts), marker="o", ms=3, label=label)
+    if pts := series("eval/pass@1"):
+        ax.plot(*zip(*pts), marker="s", ms=4, label="held-out pass@1")
+    ax.set_title("reward")
+    ax = axes[1]
+    if pts := series("groups/all_fail_frac"):
+        ax.plot(*zip(*pts), marker="o", ms=3, color="tab:red", label="initial rollouts")
+    after = [(r.get("mentor/hinted_step", r["step"]), r["groups/all_fail_frac_after_mentor"])
+             for r in mentor if "groups/all_fail_frac_after_mentor" in r]
+    if after:
+        ax.plot(*zip(*after), marker="x", ms=4, color="tab:blue", label="after MENTOR's re-rolls")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("groups whose rollouts all fail")
+    if mentor:
+        ax = axes[2]
+        steps = [r.get("mentor/hinted_step", r["step"]) for r in mentor]
+        ax.bar(steps, [r["mentor/triggered"] for r in mentor], color="lightgray", label="triggered")
+        ax.bar(steps, [r.get("mentor/rescued", 0.0) for r in mentor], color="tab:green", label="rescued")
+        ax.set_title(f"MENTOR: {sum(r.get('mentor/rescued', 0.0) for r in mentor):.0f} of "
+                     f"{sum(r['mentor/triggered'] for r in mentor):.0f} groups rescued")
+    for ax in axes:
         ax.set_xlabel("step")
-        ax.set_title(label)
         ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -135,7 +135,7 @@ def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers
     one per token as in SmolLM2, SmolLM2's chat template and special tokens (so prompts and hints are
     built exactly as for SmolLM2). With under 512 tokens the LM head costs almost nothing: at the
     defaults the model has 0.7M parameters, and a supervised start on 1-digit ladder levels takes
-    about 8 minutes on 2 cores. `benchmarks/collapse.py --model ladder-llama` uses it where
+    about 8 minutes on 2 cores. `experiments/collapse.py --model ladder-llama` uses it where
     SmolLM2-135M cannot do the arithmetic of the jumped level. Any text still encodes (byte-level
     fallback). Deterministic for a given seed.
     """

@@ -1,40 +1,38 @@
 """The trainer wires the stages; `step` reads like the pseudocode in research/algorithm.md 2.12:
 
-    rollout -> score -> (mentor: diagnose, instruct, guard, re-roll, assemble) -> advantages
-            -> GRPO update -> weight sync
+    rollout -> score -> method (MENTOR: diagnose, instruct, guard, re-roll, assemble)
+            -> advantages -> GRPO update -> weight sync
+
+The trainer knows no method: MENTOR (or none, vanilla GRPO) is called at fixed points through
+mentor_fast/method.py, and whatever it wants done to a sequence arrives as data on the rollouts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import json
-import math
 import random
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 
-from mentor_fast.algo.batch import build_train_batch
+from mentor_fast.algo.batch import TrainBatch, build_train_batch
 from mentor_fast.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
 from mentor_fast.config import RunConfig, save_config, to_dict
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
+from mentor_fast.method import Method, NoMethod, RolloutPlan
 from mentor_fast.metrics import MetricsLogger, peak_mem_gb, to_scalars, write_report
 from mentor_fast.models import load_policy, load_tokenizer, resolve_device, resolve_model_path
 from mentor_fast.rewards import RewardScorer
 from mentor_fast.rollout import make_engine
-from mentor_fast.rollout.base import Request, SamplingParams, generate_many
-from mentor_fast.types import Group, Problem, Rollout, Sample
+from mentor_fast.rollout.base import SamplingParams
+from mentor_fast.types import Group, Rollout, Sample
 from mentor_fast.update import PolicyUpdater, build_optimizer
 
-if TYPE_CHECKING:
-    from mentor_fast.mentor.pipeline import Intervention, RerollRequest
-
 # Metrics that depend on wall-clock or machine state, not on the computation.
-TIMING_PREFIXES = ("timing_s/", "perf/", "mentor/latency_s", "mentor/overlap_frac")
+TIMING_PREFIXES = ("timing_s/", "perf/", "mentor/latency_s", "mentor/reroll_s", "mentor/overlap_frac")
 
 
 def seed_everything(seed: int) -> None:
@@ -48,13 +46,20 @@ def sampling_seed(run_seed: int, step: int, stream: int = 0) -> int:
     return (run_seed * 1_000_003 + step * 7919 + stream * 104_729) % (2**31 - 1)
 
 
-class PendingHints(NamedTuple):
-    """Async MENTOR: hints written in the background for step `step`'s all-fail groups."""
+class StepTimer:
+    """Wall seconds of a step's stages, as `timing_s/<stage>` metrics."""
 
-    interventions: list[Intervention]
-    groups: list[Group]
-    step: int
-    wait_s: float  # how long the trainer waited for them
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"timing_s/{stage}"
+            self.metrics[key] = self.metrics.get(key, 0.0) + time.perf_counter() - t0
 
 
 class Trainer:
@@ -85,39 +90,32 @@ class Trainer:
             self.model, self.optimizer, self.scheduler, cfg.loss, cfg.trainer, cfg.optim,
             temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
             pad_id=self.tokenizer.pad_token_id, autocast_bf16=cfg.model.autocast_bf16,
-            ref_model=self.ref_model, seed=cfg.seed, transfer_is_cap=cfg.mentor.transfer_is_cap,
-            shaping_gamma=cfg.mentor.shaping_gamma if cfg.mentor.loss_mode == "shaping" else None,
-            distill_coef=cfg.mentor.distill_coef if cfg.mentor.enable else 0.0,
+            ref_model=self.ref_model, seed=cfg.seed,
         )
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed)
         self.scorer = RewardScorer(cfg.reward)
         self.start_step = 0
         self.version = 0
-        self._mentor_state = None
+        method_state = None
         if ckpt is not None:
-            self._restore(ckpt)
+            method_state = self._restore(ckpt)
         self.engine = make_engine(cfg.rollout, self.model, self.tokenizer, weights_path, cfg.model.dtype, cfg.seed)
         if self.version:
             self.engine.update_weights(self.model, self.version)
-        self.mentor = None
-        self._mentor_pool: ThreadPoolExecutor | None = None
-        self._pending: tuple[Future, list[Group], int] | None = None  # async: hints for the last step
-        if cfg.mentor.enable:
-            from mentor_fast.mentor import Mentor
+        self.method: Method = self._build_method()
+        self.method.load_state_dict(method_state)
 
-            self.mentor = Mentor.from_config(cfg.mentor, self.builder, engine=self.engine,
-                                             tokenizer=self.tokenizer, seed=cfg.seed, device=str(self.device))
-            # backend=self writes hints with the policy itself, so it cannot run beside the update.
-            if cfg.mentor.async_ and cfg.mentor.backend != "self":
-                self._mentor_pool = ThreadPoolExecutor(1, thread_name_prefix="mentor")
-            if self._mentor_state is not None:
-                self.mentor.load_state_dict(self._mentor_state["mentor"])
-                pending = self._mentor_state.get("pending")
-                if pending is not None:
-                    done: Future = Future()
-                    done.set_result(pending["interventions"])
-                    self._pending = (done, pending["groups"], pending["step"])
+    def _build_method(self) -> Method:
+        cfg = self.cfg
+        if not cfg.mentor.enable:
+            return NoMethod()
+        from mentor_fast.mentor import Mentor, MentorMethod
+
+        mentor = Mentor.from_config(cfg.mentor, self.builder, engine=self.engine, tokenizer=self.tokenizer,
+                                    seed=cfg.seed, device=str(self.device))
+        return MentorMethod(cfg.mentor, mentor, self.engine, self.scorer.score, self.sampling,
+                            cfg.rollout.num_generations, self.out / "mentor.jsonl")
 
     # ---------------------------------------------------------------- resume
     def _find_resume(self, resume) -> Path | None:
@@ -127,7 +125,8 @@ class Trainer:
             return latest_checkpoint(self.out / "checkpoints")
         return Path(resume)
 
-    def _restore(self, ckpt: Path) -> None:
+    def _restore(self, ckpt: Path):
+        """Optimizer, schedule, RNGs and position from `ckpt`; returns the method's saved state."""
         state = load_trainer_state(ckpt)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -135,7 +134,7 @@ class Trainer:
         set_rng_state(state["rng"])
         self.start_step = state["step"]
         self.version = state["policy_version"]
-        self._mentor_state = state.get("mentor")
+        return state.get("method", state.get("mentor"))  # "mentor": checkpoints written before the plug-in
 
     def save(self, step: int) -> Path:
         state = {
@@ -144,35 +143,55 @@ class Trainer:
             "update_generator": self.updater.generator.get_state(),
             "policy_version": self.version,
             "data": {"source": self.cfg.data.source, "seed": self.cfg.seed, "next_step": step + 1},
+            "method": self.method.state_dict(),
         }
-        if self.mentor is not None:
-            pending = None
-            if self._pending is not None:  # the mentor queue: hints written for the last step's failures
-                future, groups, pstep = self._pending
-                pending = {"interventions": future.result(), "groups": groups, "step": pstep}
-            state["mentor"] = {"mentor": self.mentor.state_dict(), "pending": pending}
         return save_checkpoint(self.out / "checkpoints", step, self.model, self.tokenizer, state,
                                self.cfg.trainer.keep_last_n)
 
     # ---------------------------------------------------------------- the step
-    def rollout(self, problems: list[Problem], step: int, metrics: dict,
-                extra: list[Request] = ()) -> tuple[list[Group], list[list[list[Sample]]]]:
-        """Generate G samples per prompt and score them. Prompts over the length limit are dropped.
-        `extra` requests (the async mentor's first re-roll round) share the engine call; their
-        samples come back unscored, in order."""
+    def step(self, step: int) -> dict[str, float]:
+        """rollout -> score -> method -> advantages -> update -> weight sync."""
+        timer, metrics = StepTimer(), {}
+        with timer("step"):
+            plan = self.method.before_rollout(step, self.source.batch(step, self.cfg.rollout.prompts_per_step),
+                                              self.version)
+            groups, rider_samples = self.rollout(plan, step, timer, metrics)
+            with timer("reward"):
+                metrics.update(self.scorer.score([r for g in groups for r in g.rollouts]))
+            metrics.update(plan.metrics | group_metrics(groups))  # the initial rollouts, before the method
+            with timer("mentor"):
+                groups, method_metrics = self.method.after_score(step, groups, rider_samples, self.version)
+            batch = build_train_batch(groups, self.cfg.advantage)
+            metrics.update(method_metrics | batch_metrics(batch))
+            if batch.num_seqs == 0:  # every prompt was dropped: nothing to learn from, say so and go on
+                metrics["trainer/skipped_step"] = 1.0
+            else:
+                with timer("update"):
+                    metrics.update(self.updater.update(batch, self.version))
+                self.version += 1
+                with timer("weight_sync"):
+                    self.engine.update_weights(self.model, self.version)
+                metrics.update(self.engine.pop_metrics())
+        metrics = timer.metrics | metrics  # an engine's own timing_s/weight_sync wins
+        metrics["perf/tokens_per_s"] = float(batch.completion_lens.sum()) / metrics["timing_s/step"]
+        metrics["perf/peak_mem_gb"] = peak_mem_gb()
+        return to_scalars(metrics)
+
+    def rollout(self, plan: RolloutPlan, step: int, timer: StepTimer,
+                metrics: dict) -> tuple[list[Group], list[list[list[Sample]]]]:
+        """G samples of each prompt of the plan (prompts over the length limit are dropped and
+        counted), unscored, and the riders' samples from the same engine call."""
         kept, prompts = [], []
-        for p in problems:
+        for p in plan.problems:
             try:
                 prompts.append(self.builder.encode(p))
                 kept.append(p)
             except PromptTooLong:
                 metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
-        t0 = time.perf_counter()
-        horizon = self.cfg.mentor.reroll_horizon if extra else 0.0
-        samples, *extra_samples = self.generate_many([(prompts, self.sampling(step)), *extra],
-                                                     tag="initial+reroll" if extra else "initial",
-                                                     horizon=horizon)
-        metrics["timing_s/gen"] = time.perf_counter() - t0
+        with timer("gen"):
+            samples, *rider_samples = self.engine.generate_many(
+                [(prompts, self.sampling(step)), *plan.riders], tag="initial+reroll" if plan.riders else "initial",
+                horizon=plan.horizon if plan.riders else 0.0)
         groups = []
         for g_idx, (p, ids, group_samples) in enumerate(zip(kept, prompts, samples)):
             rollouts = [
@@ -182,138 +201,13 @@ class Trainer:
                 for s in group_samples
             ]
             groups.append(Group(group_id=rollouts[0].group_id, problem=p, prompt_ids=ids, rollouts=rollouts))
-        t0 = time.perf_counter()
-        metrics.update(self.scorer.score([r for g in groups for r in g.rollouts]))
-        metrics["timing_s/reward"] = time.perf_counter() - t0
-        return groups, extra_samples
+        return groups, rider_samples
 
     def sampling(self, step: int, stream: int = 0) -> SamplingParams:
         """Initial rollouts and mentor re-rolls use the same sampling parameters (not the same seeds)."""
         r = self.cfg.rollout
         return SamplingParams(n=r.num_generations, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                               top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step, stream))
-
-    def generate_many(self, requests: list[Request], tag: str = "initial",
-                      horizon: float = 0.0) -> list[list[list[Sample]]]:
-        """Engines that count prefix-cache hits per phase (vLLM) get told which phase this is; a
-        re-roll horizon (mentor.reroll_horizon, HF engine only) is passed when set."""
-        kwargs = {"tag": tag} if hasattr(self.engine, "pop_metrics") else {}
-        if horizon:
-            kwargs["horizon"] = horizon
-        return generate_many(self.engine, requests, **kwargs)
-
-    def _reroll_generate(self, prompts, params):
-        return self.generate_many([(prompts, params)], tag="reroll")[0]
-
-    def _score(self, rollouts: list[Rollout]) -> None:
-        self.scorer.score(rollouts)
-
-    def _take_hints(self, metrics: dict) -> PendingHints | None:
-        """Async: the hints written in the background for the last step's failures (waiting for them
-        if need be); None when there are none, or when they are too stale to re-roll on-policy."""
-        if self._pending is None:
-            return None
-        future, groups, step = self._pending
-        self._pending = None
-        t0 = time.perf_counter()
-        interventions = future.result(timeout=self.cfg.mentor.timeout_s)
-        wait_s = time.perf_counter() - t0
-        lag = self.version - min(r.policy_version for g in groups for r in g.rollouts)
-        if lag > self.cfg.mentor.max_staleness:  # too old to learn from on-policy: drop, and say so
-            metrics["mentor/stale_dropped"] = float(len(interventions))
-            return None
-        return PendingHints(interventions, groups, step, wait_s)
-
-    def mentor_step(self, groups: list[Group], step: int, metrics: dict, hints: PendingHints | None = None,
-                    first: tuple[RerollRequest, list[list[Sample]]] | None = None) -> list[Group]:
-        """MENTOR on the all-fail groups. Sync: diagnose, instruct, guard, re-roll and assemble now.
-        Async: the hints for this step's failures are written in the background while the update
-        runs; their re-rolls come from the next policy version and join the next step's batch
-        (`hints`: the last step's, taken by `step`; `first`: their first round, already generated
-        with this step's initial rollouts)."""
-        cfg = self.cfg.mentor
-        t0 = time.perf_counter()
-        if not cfg.async_:
-            out = self.mentor.intervene(groups, step, self._reroll_generate, self._score, self.sampling(step, 1),
-                                        self.version)
-            self._record_mentor(out, metrics)
-            metrics["timing_s/mentor"] = time.perf_counter() - t0
-            return out.groups
-        carried: list[Group] = []
-        if hints is not None:
-            self.mentor.reroll(hints.interventions, self._reroll_generate, self._score,
-                               self.sampling(hints.step, 1), self.version, first=first)
-            out = self.mentor.finish(hints.groups, hints.interventions, hints.step)
-            rescued = {iv.group.group_id for iv in hints.interventions if iv.rescued}
-            carried = [g for g in out.groups if g.group_id in rescued]
-            self._record_mentor(out, metrics)
-            latency = metrics.get("mentor/latency_s", 0.0)
-            metrics["mentor/overlap_frac"] = max(0.0, 1.0 - hints.wait_s / latency) if latency > 0 else 1.0
-        metrics["off_policy/max_lag"] = float(max(
-            (self.version - r.policy_version for g in carried for r in g.rollouts), default=0))
-        if self._mentor_pool is not None:
-            self._pending = (self._mentor_pool.submit(self.mentor.write_hints, groups, step), groups, step)
-        else:  # backend=self: written now, on the trainer's thread
-            done: Future = Future()
-            done.set_result(self.mentor.write_hints(groups, step))
-            self._pending = (done, groups, step)
-        metrics["timing_s/mentor"] = time.perf_counter() - t0
-        return groups + carried
-
-    def _record_mentor(self, out, metrics: dict) -> None:
-        metrics.update(out.metrics)
-        if out.dump_rows:
-            with (self.out / "mentor.jsonl").open("a") as f:
-                for row in out.dump_rows:
-                    f.write(json.dumps(row, default=str) + "\n")
-
-    def step(self, step: int) -> dict[str, float]:
-        cfg = self.cfg
-        t_step = time.perf_counter()
-        metrics: dict = {}
-        problems = self.source.batch(step, cfg.rollout.prompts_per_step)
-        hints = self._take_hints(metrics) if self.mentor is not None and cfg.mentor.async_ else None
-        request = None
-        if hints is not None and cfg.mentor.merge_rerolls:
-            request = self.mentor.first_round(hints.interventions, self.sampling(hints.step, 1))
-            rows = len(request.prompts) * request.params.n
-            metrics["mentor/merged_rerolls"] = float(rows)
-            if cfg.mentor.reroll_budget == "shared":  # the re-rolls take the rows of the last prompts
-                skip = min(math.ceil(rows / cfg.rollout.num_generations), len(problems) - 1)
-                problems = problems[: len(problems) - skip]
-                metrics["mentor/prompts_skipped"] = float(skip)
-        extra_requests = [(request.prompts, request.params)] if request else []
-        groups, extra = self.rollout(problems, step, metrics, extra_requests)
-        metrics.update(group_metrics(groups))  # the initial rollouts, before the mentor
-        if self.mentor is not None:
-            groups = self.mentor_step(groups, step, metrics, hints, (request, extra[0]) if request else None)
-        batch = build_train_batch(groups, cfg.advantage)
-        metrics.update(batch_metrics(batch))
-        if batch.num_seqs == 0:  # every prompt was dropped: nothing to learn from, say so and go on
-            metrics["trainer/skipped_step"] = 1.0
-            metrics["timing_s/step"] = time.perf_counter() - t_step
-            return to_scalars(metrics)
-
-        t0 = time.perf_counter()
-        old_logp = None
-        if cfg.trainer.ppo_epochs > 1 or cfg.trainer.mini_batches > 1:
-            old_logp = self.updater.logprobs(self.model, batch, self.updater.trainable(batch))
-        metrics["timing_s/old_logprob"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        metrics.update(self.updater.update(batch, old_logp, self.version))
-        metrics["timing_s/update"] = time.perf_counter() - t0
-        self.version += 1
-        t0 = time.perf_counter()
-        self.engine.update_weights(self.model, self.version)
-        metrics["timing_s/weight_sync"] = time.perf_counter() - t0
-        if hasattr(self.engine, "pop_metrics"):
-            metrics.update(self.engine.pop_metrics())
-
-        metrics["timing_s/step"] = time.perf_counter() - t_step
-        metrics["perf/tokens_per_s"] = float(batch.completion_lens.sum()) / metrics["timing_s/step"]
-        metrics["perf/peak_mem_gb"] = peak_mem_gb()
-        return to_scalars(metrics)
 
     def fit(self) -> Path:
         cfg = self.cfg
@@ -353,8 +247,7 @@ class Trainer:
                 "eval/count": float(summary["count"]), "timing_s/eval": time.perf_counter() - t0}
 
     def close(self) -> None:
-        if self._mentor_pool is not None:
-            self._mentor_pool.shutdown(wait=True)
+        self.method.close()
         self.scorer.close()
         self.engine.close()
 
@@ -378,7 +271,7 @@ def group_metrics(groups: list[Group]) -> dict[str, float]:
     }
 
 
-def batch_metrics(batch) -> dict[str, float]:
+def batch_metrics(batch: TrainBatch) -> dict[str, float]:
     """signal_yield: the share of generated tokens whose advantage is non-zero (i.e. that teach)."""
     lens = batch.completion_lens.double()
     total = float(lens.sum())

@@ -47,6 +47,23 @@ class Hint:
     backend: str = ""
 
 
+@dataclass(frozen=True)
+class TokenWeighting:
+    """How a sequence's policy term is weighed per token (computed by algo/weights.py)."""
+
+    kind: str  # algo.weights.Weighting: "truncated_is" (param: the cap) or "shaping" (param: gamma)
+    param: float
+
+
+@dataclass(frozen=True)
+class ExtraTerm:
+    """A loss term beside the policy objective on one sequence (computed by algo/terms.py)."""
+
+    kind: str  # algo.terms.TermKind, e.g. "distill"
+    coef: float
+    context: tuple[int, ...] = ()  # distill: the prompt the student sees (the bare q)
+
+
 @dataclass
 class Rollout:
     """One scored completion in its own context (the exact prompt tokens it was conditioned on)."""
@@ -65,8 +82,10 @@ class Rollout:
     origin: Origin = "initial"
     hint: Hint | None = None
     behaviour_prompt_ids: list[int] | None = None  # the context the sampler saw, when the loss uses
-    # another (mentor.loss_mode=transfer: sampled under q + hint, trained under q); sampler_logprobs
-    # are under this context
+    # another (mentor.loss.mode=transfer: sampled under q + hint, trained under q); sampler_logprobs
+    # are under this context, and pi_old is recomputed under prompt_ids
+    weighting: TokenWeighting | None = None  # None: the run's default (truncated IS at loss.is_cap)
+    extra_terms: tuple[ExtraTerm, ...] = ()
 
     @property
     def truncated(self) -> bool:

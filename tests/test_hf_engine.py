@@ -11,7 +11,7 @@ import torch
 
 from mentor_fast.config import RolloutConfig
 from mentor_fast.models import load_policy, load_tokenizer
-from mentor_fast.rollout.base import RolloutEngine, SamplingParams, generate_many
+from mentor_fast.rollout.base import RolloutEngine, SamplingParams
 from mentor_fast.rollout.hf import CPU_GQA_ATTENTION, HFEngine, eos_token_ids, sample_tokens
 
 QUESTIONS = ["What is 2 + 2?", "Tom has 17 apples and gives away 5. How many apples are left? Explain."]
@@ -108,7 +108,7 @@ def test_merged_requests_give_what_separate_calls_give(model, tok, prompts):
     a = SamplingParams(n=3, max_new_tokens=6, seed=3)
     b = SamplingParams(n=2, max_new_tokens=6, seed=11)
     eng = engine(model, tok)
-    merged = generate_many(eng, [(prompts, a), (prompts[1:], b)])
+    merged = eng.generate_many([(prompts, a), (prompts[1:], b)])
     separate = [eng.generate(prompts, a), eng.generate(prompts[1:], b)]
     ids = lambda out: [[[s.token_ids for s in g] for g in req] for req in out]
     assert ids(merged) == ids(separate)
@@ -152,7 +152,7 @@ def test_cpu_decoding_hands_grouped_kv_to_sdpa_and_matches_transformers(tok, pro
             ref = teacher_forced_logprobs(gqa, prompt, s.token_ids, 0.7)
             assert torch.allclose(torch.tensor(s.logprobs, dtype=torch.float64), ref, atol=1e-4, rtol=0)
     seen.clear()  # switched off: transformers' own sdpa, the same tokens
-    off = HFEngine(gqa, tok, RolloutConfig(hf_gqa_attention=False))
+    off = HFEngine(gqa, tok, RolloutConfig(), gqa_attention=False)
     again = off.generate(prompts, SamplingParams(n=2, max_new_tokens=6, seed=3, temperature=0.7))
     assert set(seen) == {"sdpa"}
     assert [s.token_ids for g in again for s in g] == [s.token_ids for g in out for s in g]
@@ -287,7 +287,7 @@ def test_eos_ids_include_generation_config():
 
 @pytest.mark.parametrize("batch_size", [64, 3])  # one chunk; then requests[0]'s rows and the rest in separate chunks
 def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, prompts, batch_size):
-    """mentor.reroll_horizon: once every row of requests[0] has ended, a row of a later request is cut
+    """mentor.reroll.horizon: once every row of requests[0] has ended, a row of a later request is cut
     at `horizon` times the longest of them. Rows that end before the limit, and requests[0]'s rows,
     get the tokens they get without a horizon; a cut row gets the first `limit` of them."""
     lead = SamplingParams(n=3, max_new_tokens=16, temperature=0.7, top_p=0.9, seed=5)
@@ -295,7 +295,7 @@ def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, pr
     requests = [(prompts[:1], lead), (prompts, rest)]
     handle = model.lm_head.register_forward_hook(eos_bias_hook)
     try:
-        full = generate_many(engine(model, tok), requests)
+        full = engine(model, tok).generate_many(requests)
         cut = engine(model, tok, batch_size).generate_many(requests, horizon=1.0)
         with pytest.raises(ValueError, match="horizon must be 0"):
             engine(model, tok).generate_many(requests, horizon=0.5)

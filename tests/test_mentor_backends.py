@@ -7,7 +7,7 @@ import typing
 import pytest
 
 from mentor_fast.algo.assemble import ASSEMBLERS, LossMode
-from mentor_fast.config import MentorConfig, RolloutConfig
+from mentor_fast.config import AgentsConfig, MentorLossConfig, RolloutConfig
 from mentor_fast.mentor import (
     BACKENDS,
     BackendKind,
@@ -24,6 +24,7 @@ from mentor_fast.mentor.testing import (
     exact_score,
     ladder_problem,
     make_group,
+    mentor_config,
     scripted_generate,
 )
 from mentor_fast.rollout.base import SamplingParams
@@ -31,24 +32,24 @@ from mentor_fast.types import Sample
 
 
 def test_registries_cover_the_config_choices():
-    hints = typing.get_type_hints(MentorConfig)
-    assert {str(k) for k in BACKENDS} == set(typing.get_args(hints["backend"]))
-    assert set(typing.get_args(hints["loss_mode"])) == {str(m) for m in ASSEMBLERS} == {str(m) for m in LossMode}
+    assert {str(k) for k in BACKENDS} == set(typing.get_args(typing.get_type_hints(AgentsConfig)["backend"]))
+    modes = set(typing.get_args(typing.get_type_hints(MentorLossConfig)["mode"]))
+    assert modes == {str(m) for m in ASSEMBLERS} == {str(m) for m in LossMode}
 
 
 def test_build_backend_by_kind():
-    assert isinstance(build_backend(MentorConfig()), ReferenceMentor)
-    b = build_backend(MentorConfig(backend="openai", model="m", base_url="http://127.0.0.1:9/v1", retries=3))
+    assert isinstance(build_backend(AgentsConfig()), ReferenceMentor)
+    b = build_backend(AgentsConfig(backend="openai", model="m", base_url="http://127.0.0.1:9/v1", retries=3))
     assert (
         isinstance(b, OpenAIBackend) and b.retries == 3 and b.url == "http://127.0.0.1:9/v1/chat/completions"
     )
-    assert isinstance(build_backend(MentorConfig(backend="local", model_path="tiny-llama")), LocalBackend)
+    assert isinstance(build_backend(AgentsConfig(backend="local", model_path="tiny-llama")), LocalBackend)
     with pytest.raises(ValueError, match="engine"):
-        build_backend(MentorConfig(backend="self"))
+        build_backend(AgentsConfig(backend="self"))
     with pytest.raises(ValueError, match="model_path"):
-        build_backend(MentorConfig(backend="local"))
-    with pytest.raises(ValueError, match="mentor.model"):
-        build_backend(MentorConfig(backend="openai"))
+        build_backend(AgentsConfig(backend="local"))
+    with pytest.raises(ValueError, match="mentor.agents.model"):
+        build_backend(AgentsConfig(backend="openai"))
     assert BackendKind("self") is BackendKind.SELF and str(BackendKind.SELF) == "self"
 
 
@@ -108,7 +109,7 @@ def test_self_backend_mentor_on_the_real_hf_engine(tiny_model_path, tokenizer):
     )
     agents = LLMAgents(backend, max_tokens=8, hint_max_tokens=4, temperature=0.0)
     mentor = Mentor(
-        MentorConfig(enable=True, backend="self", max_groups_frac=1.0, collapse_abs=1.1),
+        mentor_config("agents.backend=self", "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1"),
         agents,
         CharPromptBuilder(),
     )

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from mentor_fast.config import MentorConfig
 from mentor_fast.mentor import LLMAgents, Mentor, OpenAIBackend
 from mentor_fast.mentor.testing import (
     CharPromptBuilder,
     exact_score,
     ladder_problem,
     make_group,
+    mentor_config,
     scripted_generate,
 )
 from mentor_fast.rollout.base import SamplingParams
@@ -169,19 +169,11 @@ def test_fault_injection_pipeline_goes_on_without_hints(server):
     )
     server.reply = lambda text: good
     host, port = server.server_address
-    cfg = MentorConfig(
-        enable=True,
-        backend="openai",
-        base_url=f"http://{host}:{port}/v1",
-        model="m",
-        timeout_s=5.0,
-        retries=1,
-        max_groups_frac=1.0,
-        collapse_abs=1.1,
-        rerolls=2,
-    )
+    cfg = mentor_config("agents.backend=openai", f"agents.base_url=http://{host}:{port}/v1", "agents.model=m",
+                        "agents.timeout_s=5.0", "agents.retries=1", "trigger.max_groups_frac=1.0",
+                        "trigger.collapse_abs=1.1", "reroll.count=2")
     mentor = Mentor.from_config(cfg, CharPromptBuilder())
-    mentor.backend.backoff_s = 0.01
+    mentor.agents.backend.backoff_s = 0.01
     ok_p, bad_p = ladder_problem("ok"), ladder_problem("bad")
     bad_p = type(bad_p)("bad", "500 " + bad_p.question, bad_p.gold, bad_p.solution_steps)
     groups = [make_group(ok_p, ["\\boxed{1}"] * 4, 0), make_group(bad_p, ["\\boxed{1}"] * 4, 1)]
@@ -263,7 +255,7 @@ def test_real_openai_compatible_server_transformers_serve(transformers_server):
     assert backend.counts.snapshot() == {"requests/ok": 2}
     # The random tiny model cannot write the JSON diagnosis: one retry, then garbage, no hint.
     agents = LLMAgents(backend, fused=True, max_tokens=12, hint_max_tokens=4, temperature=0.0)
-    cfg = MentorConfig(enable=True, backend="openai", max_groups_frac=1.0, collapse_abs=1.1)
+    cfg = mentor_config("agents.backend=openai", "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1")
     mentor = Mentor(cfg, agents, CharPromptBuilder())
     groups = [make_group(ladder_problem("real"), ["\\boxed{1}"] * 4)]
     result = mentor.intervene(

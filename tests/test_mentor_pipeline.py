@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from mentor_fast.config import MentorConfig
 from mentor_fast.mentor import Mentor
 from mentor_fast.mentor.testing import (
     HEADER,
@@ -16,6 +15,7 @@ from mentor_fast.mentor.testing import (
     exact_score,
     ladder_problem,
     make_group,
+    mentor_config,
     scripted_generate,
 )
 from mentor_fast.rollout.base import SamplingParams
@@ -78,17 +78,16 @@ def with_hint(pred=lambda hint: True, successes=1):
     return rule
 
 
-def mentor_for(backend="reference", **cfg):
-    cfg = MentorConfig(
-        enable=True, **({"max_groups_frac": 1.0, "collapse_abs": 1.1, "collapse_delta": 1.1} | cfg)
-    )
+def mentor_for(backend="reference", *overrides):
+    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1", "trigger.collapse_delta=1.1",
+                        *overrides)
     if backend == "reference":
         return Mentor.from_config(cfg, CharPromptBuilder())
     return Mentor(cfg, backend, CharPromptBuilder())
 
 
 def test_pipeline_with_scripted_engine_fault_free():
-    mentor = mentor_for(rerolls=3, max_replace=1)
+    mentor = mentor_for("reference", "reroll.count=3", "loss.max_replace=1")
     groups = batch("FPFA")
     calls = []
     out = mentor.intervene(
@@ -128,7 +127,7 @@ def test_pipeline_with_scripted_engine_fault_free():
 
 
 def test_escalation_rounds_until_a_level_works():
-    mentor = mentor_for(rerolls=2, max_rounds=3)
+    mentor = mentor_for("reference", "reroll.count=2", "reroll.max_rounds=3")
     calls = []
     needs_step = with_hint(lambda h: "=" in h)  # only a level-3 hint ("47 + 385 = 432") helps
     out = mentor.intervene(batch("F"), 0, scripted_generate(needs_step, log=calls), exact_score, PARAMS)
@@ -142,7 +141,7 @@ def test_escalation_rounds_until_a_level_works():
 
 
 def test_no_rescue_within_max_rounds_keeps_the_group():
-    mentor = mentor_for(rerolls=2, max_rounds=2)
+    mentor = mentor_for("reference", "reroll.count=2", "reroll.max_rounds=2")
     groups = batch("F")
     out = mentor.intervene(groups, 0, scripted_generate(with_hint(lambda h: False)), exact_score, PARAMS)
     assert out.groups[0] is groups[0] and out.metrics["mentor/rescued"] == 0
@@ -150,7 +149,7 @@ def test_no_rescue_within_max_rounds_keeps_the_group():
 
 
 def test_group_mode_rerolls_g_and_swaps_the_group():
-    mentor = mentor_for(loss_mode="group", rerolls=2)  # rerolls is ignored: group mode re-rolls G
+    mentor = mentor_for("reference", "loss.mode=group", "reroll.count=2")  # rerolls is ignored: group mode re-rolls G
     calls = []
     out = mentor.intervene(
         batch("FA"), 0, scripted_generate(with_hint(successes=2), log=calls), exact_score, PARAMS
@@ -164,7 +163,7 @@ def test_guard_reject_falls_back_to_a_lower_level():
     # gold 5 equals the first step's result, so the level-3 hint "2 + 3 = 5" leaks
     p = Problem("five", "What is 2 + 3 + 0?", "5", ("2 + 3 = 5", "5 + 0 = 5"))
     g = make_group(p, ["\\boxed{1}"] * G, group_id=7)
-    mentor = mentor_for(start_level=3)
+    mentor = mentor_for("reference", "trigger.start_level=3")
     [iv] = mentor.write_hints([g], step=0)
     assert [(v["level"], v["ok"], v["gate"]) for v in iv.verdicts] == [
         (3, False, "gold_context"),
@@ -210,7 +209,7 @@ def llm_script(leak_once=True):
 def test_llm_backend_faults_leave_groups_without_hints_and_count_them():
     script, _ = llm_script()
     backend = ScriptedBackend(script)
-    mentor = mentor_for(backend, rerolls=2)
+    mentor = mentor_for(backend, "reroll.count=2")
     groups = batch("FFF")
     out = mentor.intervene(groups, 0, scripted_generate(with_hint()), exact_score, PARAMS)
     m = out.metrics
@@ -238,7 +237,7 @@ def test_llm_backend_faults_leave_groups_without_hints_and_count_them():
 def test_fused_hints_serve_later_rounds_without_new_calls():
     script, _ = llm_script(leak_once=False)
     backend = ScriptedBackend(script)
-    mentor = mentor_for(backend, rerolls=2, max_rounds=2)
+    mentor = mentor_for(backend, "reroll.count=2", "reroll.max_rounds=2")
     g = batch("F")
     out = mentor.intervene(
         g, 0, scripted_generate(with_hint(lambda h: h.startswith("Add"))), exact_score, PARAMS
@@ -253,8 +252,8 @@ def test_fused_hints_serve_later_rounds_without_new_calls():
 
 def test_async_split_matches_sync_and_state_round_trips():
     groups = batch("FFP")
-    sync = mentor_for(rerolls=2).intervene(groups, 0, scripted_generate(with_hint()), exact_score, PARAMS)
-    mentor = mentor_for(rerolls=2)
+    sync = mentor_for("reference", "reroll.count=2").intervene(groups, 0, scripted_generate(with_hint()), exact_score, PARAMS)
+    mentor = mentor_for("reference", "reroll.count=2")
     box = {}
     worker = threading.Thread(target=lambda: box.setdefault("ivs", mentor.write_hints(groups, 0)))
     worker.start()
@@ -265,13 +264,13 @@ def test_async_split_matches_sync_and_state_round_trips():
         [r.text for r in g.rollouts] for g in sync.groups
     ]
     assert all(r.policy_version == 2 for g in out.groups for r in g.rollouts if r.origin == "mentor")
-    fresh = mentor_for(rerolls=2)
+    fresh = mentor_for("reference", "reroll.count=2")
     fresh.load_state_dict(json.loads(json.dumps(mentor.state_dict())))
     assert fresh.state_dict() == mentor.state_dict()
 
 
 def test_collapse_surge_and_graduation_metrics():
-    mentor = mentor_for(rerolls=2, max_groups_frac=0.5, collapse_abs=0.6)
+    mentor = mentor_for("reference", "reroll.count=2", "trigger.max_groups_frac=0.5", "trigger.collapse_abs=0.6")
     groups = batch("FFFF")  # z = 1.0 > 0.6: collapse event, surge raises the cap to all groups
     out = mentor.intervene(groups, 0, scripted_generate(with_hint()), exact_score, PARAMS)
     assert out.metrics["mentor/collapse_event"] == 1 and out.metrics["mentor/surge_active"] == 1
@@ -285,7 +284,7 @@ def test_collapse_surge_and_graduation_metrics():
 def test_overlong_hinted_prompt_and_deadline_mean_no_hint():
     p = ladder_problem("long")
     short_limit = len(CharPromptBuilder().encode(p)) + 5  # room for the question, not for a hint
-    cfg = MentorConfig(enable=True, max_groups_frac=1.0, collapse_abs=1.1)
+    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1")
     mentor = Mentor(cfg, Mentor.from_config(cfg, CharPromptBuilder()).backend, CharPromptBuilder(short_limit))
     g = make_group(p, ["\\boxed{1}"] * G)
     calls = []
@@ -296,17 +295,17 @@ def test_overlong_hinted_prompt_and_deadline_mean_no_hint():
         time.sleep(0.05)
         return json.dumps({"diagnosis": {"failure_type": "format"}})  # fused reply without hints
 
-    slow_mentor = mentor_for(ScriptedBackend(slow), timeout_s=0.01)
+    slow_mentor = mentor_for(ScriptedBackend(slow), "agents.timeout_s=0.01")
     [iv] = slow_mentor.write_hints([g], 0)
     assert iv.hint is None and iv.no_hint_reason == "deadline"
 
 
 def test_cut_rerolls_are_dropped_unscored_and_counted():
-    """mentor.reroll_horizon: a re-roll the engine cut (finish_reason "cut") has no answer yet. It is
+    """mentor.reroll.horizon: a re-roll the engine cut (finish_reason "cut") has no answer yet. It is
     not scored, not a failure, not a candidate for assembly; the step counts it."""
     import dataclasses
 
-    mentor = mentor_for(rerolls=3, max_rounds=1)
+    mentor = mentor_for("reference", "reroll.count=3", "reroll.max_rounds=1")
     groups = batch("FFP")
     ivs = mentor.write_hints(groups, 0)
     request = mentor.first_round(ivs, PARAMS)

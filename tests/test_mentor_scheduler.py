@@ -2,7 +2,7 @@
 
 import json
 
-from mentor_fast.config import MentorConfig
+from mentor_fast.config import TriggerConfig
 from mentor_fast.mentor import CollapseDetector, Scheduler
 from mentor_fast.mentor.testing import ladder_problem, make_group
 
@@ -26,21 +26,21 @@ def test_eligibility_uses_the_correct_flag_not_the_reward():
     lucky = make_group(
         ladder_problem("lucky"), [WRONG] * 4, 1, correct=[True, False, False, False], reward=[0.0] * 4
     )
-    plan = Scheduler(MentorConfig(max_groups_frac=1.0)).plan([shaped, lucky], step=0)
+    plan = Scheduler(TriggerConfig(max_groups_frac=1.0)).plan([shaped, lucky], step=0)
     assert [g.group_id for g, _ in plan.selected] == [0]
     assert plan.eligible == 1 and plan.all_fail_frac == 0.5
 
 
 def test_budget_cap_is_ceil_of_frac_times_batch():
-    cfg = MentorConfig(max_groups_frac=0.25, collapse_abs=1.1, collapse_delta=1.1)
+    cfg = TriggerConfig(max_groups_frac=0.25, collapse_abs=1.1, collapse_delta=1.1)
     plan = Scheduler(cfg).plan(groups_of("FFFFFP"), step=0)  # ceil(0.25 * 6) = 2
     assert plan.cap == 2 and len(plan.selected) == 2 and plan.eligible == 5 and plan.over_budget == 3
-    plan = Scheduler(MentorConfig(max_groups_frac=0.0, collapse_abs=1.1)).plan(groups_of("FF"), step=0)
+    plan = Scheduler(TriggerConfig(max_groups_frac=0.0, collapse_abs=1.1)).plan(groups_of("FF"), step=0)
     assert plan.selected == []
 
 
 def test_priority_longer_streak_first_then_deterministic_tiebreak():
-    cfg = MentorConfig(max_groups_frac=0.5, collapse_abs=1.1, collapse_delta=1.1)
+    cfg = TriggerConfig(max_groups_frac=0.5, collapse_abs=1.1, collapse_delta=1.1)
     s = Scheduler(cfg, seed=3)
     s.plan(groups_of("FPPP", step_ids=[7, 8, 9, 10]), step=0)  # p7 collapsed once before
     s.plan(groups_of("FPPP", step_ids=[7, 8, 9, 10]), step=1)  # twice
@@ -76,7 +76,7 @@ def test_collapse_detector_ema_and_jump():
 
 
 def test_surge_opens_and_closes_and_raises_the_cap():
-    cfg = MentorConfig(
+    cfg = TriggerConfig(
         max_groups_frac=0.25,
         surge_groups_frac=1.0,
         surge_steps=2,
@@ -97,7 +97,7 @@ def test_surge_opens_and_closes_and_raises_the_cap():
 
 
 def test_memory_starts_one_level_lower_and_resets_on_unaided_success():
-    s = Scheduler(MentorConfig(start_level=2, max_groups_frac=1.0))
+    s = Scheduler(TriggerConfig(start_level=2, max_groups_frac=1.0))
     assert s.plan(groups_of("F"), 0).selected[0][1] == 2  # unknown problem: start_level
     s.record("p0", rescued=True, level=3, hint="h3")
     assert s.plan(groups_of("F"), 1).selected[0][1] == 2  # 3 worked -> start at 2
@@ -110,7 +110,7 @@ def test_memory_starts_one_level_lower_and_resets_on_unaided_success():
 
 
 def test_graduations_counted_once_per_problem():
-    s = Scheduler(MentorConfig(max_groups_frac=1.0))
+    s = Scheduler(TriggerConfig(max_groups_frac=1.0))
     s.plan(groups_of("FF"), 0)
     s.record("p0", rescued=True, level=1)
     s.record("p1", rescued=False, level=None)
@@ -124,7 +124,7 @@ def test_graduations_counted_once_per_problem():
 
 
 def test_state_dict_round_trip_through_json():
-    cfg = MentorConfig(max_groups_frac=1.0, surge_steps=5)
+    cfg = TriggerConfig(max_groups_frac=1.0, surge_steps=5)
     s = Scheduler(cfg, seed=1)
     s.plan(groups_of("FFFF"), 0)
     s.record("p0", rescued=True, level=2, hint="look again")
@@ -139,8 +139,8 @@ def test_state_dict_round_trip_through_json():
 
 
 def test_exemption_window_is_overridden_by_a_surge():
-    cfg = MentorConfig(max_groups_frac=1.0, collapse_abs=0.9, collapse_delta=1.1, surge_steps=1)
-    s = Scheduler(cfg, exempt_steps=3)
+    cfg = TriggerConfig(max_groups_frac=1.0, collapse_abs=0.9, collapse_delta=1.1, surge_steps=1, exempt_steps=3)
+    s = Scheduler(cfg)
     assert s.plan(groups_of("FPPP"), 0).selected == []  # exempt, no surge
     assert len(s.plan(groups_of("FFFF"), 1).selected) == 4  # z = 1 > 0.9: a surge overrides the exemption
     assert s.plan(groups_of("FPPP"), 2).selected == []

@@ -9,7 +9,7 @@ import pytest
 from mentor_fast.config import ConfigError, load_config
 from mentor_fast.mentor import leaks_answer
 from mentor_fast.metrics import read_metrics
-from mentor_fast.trainer import Trainer
+from mentor_fast.trainer import TIMING_PREFIXES, Trainer
 
 MENTOR_KEYS = [
     "groups/all_fail_frac", "groups/all_fail_frac_after_mentor", "mentor/triggered", "mentor/rescued",
@@ -21,7 +21,7 @@ MENTOR_KEYS = [
 def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, async_):
     cfg = load_config(["configs/tiny_test.yaml"], [
         f"output_dir={tmp_path}", "mentor.enable=true", f"mentor.async={str(async_).lower()}",
-        "mentor.rerolls=2", "trainer.max_steps=3", "trainer.tensorboard=false",
+        "mentor.reroll.count=2", "trainer.max_steps=3", "trainer.tensorboard=false",
     ])
     Trainer(cfg).fit()
     rows = read_metrics(tmp_path / "metrics.jsonl")
@@ -35,8 +35,10 @@ def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, async_):
         assert row["groups/all_fail_frac"] == 1.0
         assert row["mentor/triggered"] >= 1
         assert row["mentor/rerolls"] >= 2
-    if async_:
+    if async_:  # step t's first re-roll round rode in step t+1's generate call
         assert "mentor/overlap_frac" in rows[1] and "off_policy/max_lag" in rows[1]
+        assert rows[1]["mentor/merged_rerolls"] == 2 * rows[1]["mentor/triggered"]
+        assert "mentor/merged_rerolls" not in rows[0]
     dumps = [json.loads(line) for line in (tmp_path / "mentor.jsonl").read_text().splitlines()]
     assert dumps and all(d["hint"] for d in dumps if d["no_hint_reason"] is None)
     for d in dumps:  # the guard never lets the gold through in a hint the learner saw
@@ -44,53 +46,43 @@ def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, async_):
             assert not leaks_answer(h["text"], d["gold"])
 
 
-def test_merged_first_round_changes_nothing_but_the_call_count(tmp_path):
-    """mentor.merge_rerolls: the first re-roll round rides in the next step's initial generate call;
-    the re-rolls, rewards, assembly and update are what separate calls give."""
-    over = ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2", "mentor.max_rounds=2",
-            "trainer.max_steps=3", "trainer.tensorboard=false"]
-    runs = {}
-    for merge in ("true", "false"):
-        out = tmp_path / merge
-        Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={out}", f"mentor.merge_rerolls={merge}",
-                                                         *over])).fit()
-        runs[merge] = ([json.loads(x) for x in (out / "mentor.jsonl").read_text().splitlines()],
-                       read_metrics(out / "metrics.jsonl"))
-    (dumps_on, rows_on), (dumps_off, rows_off) = runs["true"], runs["false"]
-    assert rows_on[1]["mentor/merged_rerolls"] == 2 * rows_on[1]["mentor/triggered"]
-    assert "mentor/merged_rerolls" not in rows_off[1]
-    assert [d["rerolls"] for d in dumps_on] == [d["rerolls"] for d in dumps_off]
-    assert [len(d["hints"]) for d in dumps_on] == [2] * len(dumps_on)  # round 1 still ran, separately
-    for on, off in zip(rows_on, rows_off):
-        assert on["loss"] == pytest.approx(off["loss"], abs=1e-5)
-
-
-def test_resume_keeps_the_mentor_queue(tmp_path):
-    over = ["mentor.enable=true", "mentor.async=true", "mentor.rerolls=2", "trainer.tensorboard=false"]
-    Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={tmp_path}", "trainer.max_steps=1", *over])).fit()
-    Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={tmp_path}", "trainer.max_steps=2", *over]),
+def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
+    """Async MENTOR across a restart: the hints in flight, their step's plan (all-fail fraction,
+    collapse and surge flags) and the backend's counts are in the checkpoint, so every resumed row
+    equals the uninterrupted run's, timings aside (the first resumed step once logged
+    mentor/all_fail_frac, collapse_event and surge_active as 0)."""
+    over = ["mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2", "trainer.tensorboard=false"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={full}", "trainer.max_steps=4", *over])).fit()
+    Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={part}", "trainer.max_steps=2", *over])).fit()
+    Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={part}", "trainer.max_steps=4", *over]),
             resume="auto").fit()
-    rows = read_metrics(tmp_path / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
-    assert rows[1]["mentor/triggered"] >= 1  # step 1's interventions were carried across the restart
+    a, b = read_metrics(full / "metrics.jsonl"), read_metrics(part / "metrics.jsonl")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    comparable = lambda row: {k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES)}
+    for x, y in zip(a, b):
+        assert comparable(y) == pytest.approx(comparable(x), rel=1e-6, abs=1e-9), x["step"]
+    assert b[2]["mentor/triggered"] >= 1 and b[2]["mentor/all_fail_frac"] == 1.0  # step 2's hints, carried
+    assert b[2]["mentor/collapse_event"] == a[2]["mentor/collapse_event"] == 1.0
 
 
 def test_reroll_horizon_is_checked():
-    for over, msg in [(["mentor.reroll_horizon=0.5"], "0 \\(off\\) or >= 1"),
-                      (["mentor.reroll_horizon=1", "rollout.engine=vllm"], "needs rollout.engine=hf"),
-                      (["mentor.reroll_horizon=1", "mentor.loss_mode=group"], "loss_mode=group")]:
-        with pytest.raises(ConfigError, match=f"mentor.reroll_horizon.*{msg}"):
+    for over, msg in [(["mentor.reroll.horizon=0.5"], "0 \\(off\\) or >= 1"),
+                      (["mentor.reroll.horizon=1", "rollout.engine=vllm"], "needs rollout.engine=hf"),
+                      (["mentor.reroll.horizon=1", "mentor.async=false"], "needs mentor.async=true"),
+                      (["mentor.reroll.horizon=1", "mentor.loss.mode=group"], "loss.mode=group")]:
+        with pytest.raises(ConfigError, match=f"mentor.reroll.horizon.*{msg}"):
             load_config(["configs/tiny_test.yaml"], over)
 
 
 def test_shared_reroll_budget_skips_the_last_prompts_of_the_step(tmp_path):
-    """mentor.reroll_budget=shared: the merged re-rolls take the rows of the step's last prompts, so
+    """mentor.reroll.budget=shared: the merged re-rolls take the rows of the step's last prompts, so
     the call decodes at most prompts_per_step x num_generations rows (unless one prompt must stay),
     and the prompts kept are the ones vanilla GRPO would get first."""
     prompts, g = 3, 4
     cfg = load_config(["configs/tiny_test.yaml"], [
-        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.rerolls=2",
-        "mentor.max_rounds=1", "mentor.max_groups_frac=1", "mentor.reroll_budget=shared",
+        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2",
+        "mentor.reroll.max_rounds=1", "mentor.trigger.max_groups_frac=1", "mentor.reroll.budget=shared",
         f"rollout.prompts_per_step={prompts}", f"rollout.num_generations={g}", "trainer.max_steps=4",
         "trainer.tensorboard=false",
     ])
@@ -98,9 +90,9 @@ def test_shared_reroll_budget_skips_the_last_prompts_of_the_step(tmp_path):
     seen: dict[int, list[str]] = {}
     rollout = trainer.rollout
 
-    def spy(problems, step, metrics, extra=()):
-        seen[step] = [p.id for p in problems]
-        return rollout(problems, step, metrics, extra)
+    def spy(plan, step, timer, metrics):
+        seen[step] = [p.id for p in plan.problems]
+        return rollout(plan, step, timer, metrics)
 
     trainer.rollout = spy
     trainer.fit()
@@ -117,19 +109,19 @@ def test_shared_reroll_budget_skips_the_last_prompts_of_the_step(tmp_path):
             assert row["groups/count"] * g + merged <= prompts * g
         skipped += skip
     assert skipped > 0
-    with pytest.raises(ConfigError, match="reroll_budget=shared needs mentor.async=true"):
-        load_config(["configs/tiny_test.yaml"], ["mentor.reroll_budget=shared", "mentor.async=false"])
+    with pytest.raises(ConfigError, match="reroll.budget=shared needs mentor.async=true"):
+        load_config(["configs/tiny_test.yaml"], ["mentor.reroll.budget=shared", "mentor.async=false"])
 
 
 def test_reroll_horizon_cuts_merged_rerolls_in_training(tmp_path):
     """On a tiny model biased toward EOS (rows end at different steps; fault injection of lengths),
-    mentor.reroll_horizon=1 keeps every merged re-roll within the initial rollouts' longest length:
+    mentor.reroll.horizon=1 keeps every merged re-roll within the initial rollouts' longest length:
     longer ones are cut, counted, and never reach the dump as re-rolls."""
     from test_hf_engine import eos_bias_hook  # tests/ is on sys.path (pytest rootdir-relative imports)
 
     cfg = load_config(["configs/tiny_test.yaml"], [
-        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.rerolls=4",
-        "mentor.max_rounds=1", "mentor.reroll_horizon=1", "trainer.max_steps=4", "trainer.tensorboard=false",
+        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.reroll.count=4",
+        "mentor.reroll.max_rounds=1", "mentor.reroll.horizon=1", "trainer.max_steps=4", "trainer.tensorboard=false",
         "rollout.temperature=0.7",
     ])
     trainer = Trainer(cfg)

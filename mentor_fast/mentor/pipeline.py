@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,11 +17,12 @@ from mentor_fast.algo.assemble import LossMode, assemble_groups
 from mentor_fast.config import MentorConfig
 from mentor_fast.mentor.agents import Agents, Failed, MentorBackend
 from mentor_fast.mentor.backends import as_agents, build_backend
-from mentor_fast.mentor.diagnosis import Diagnosis, FailureCase, final_answer_key, truncate_middle
+from mentor_fast.mentor.diagnosis import Diagnosis, FailureCase
 from mentor_fast.mentor.guard import LeakGuard
 from mentor_fast.mentor.reference import ReferenceMentor
+from mentor_fast.mentor.report import dump_row, step_metrics
 from mentor_fast.mentor.scheduler import MAX_LEVEL, Scheduler, StepPlan
-from mentor_fast.types import Group, Hint, Rollout, Sample
+from mentor_fast.types import ExtraTerm, Group, Hint, Rollout, Sample, TokenWeighting
 
 GenerateFn = Callable[[list[list[int]], Any], list[list[Sample]]]  # (prompts, SamplingParams) -> [B][n]
 ScoreFn = Callable[[list[Rollout]], Any]  # fills reward / correct / verifier_note in place
@@ -46,7 +46,7 @@ class Intervention:
     rescued: bool = False
     rescue_level: int | None = None
     no_hint_reason: str | None = None  # garbage, error, guard, deadline, too_long
-    cut: int = 0  # re-rolls cut by mentor.reroll_horizon: dropped unscored, in no round
+    cut: int = 0  # re-rolls cut by mentor.reroll.horizon: dropped unscored, in no round
     garbage: int = 0
     latency_s: float = 0.0
     policy_version: int | None = None
@@ -108,15 +108,16 @@ class Mentor:
         guard: LeakGuard | None = None,
         seed: int = 0,
     ) -> None:
-        self.cfg, self.builder, self.seed, self.task, self.attempts_k = cfg, builder, seed, cfg.task, cfg.attempts
+        a = cfg.agents
+        self.cfg, self.builder, self.seed, self.task, self.attempts_k = cfg, builder, seed, cfg.task, a.attempts
         self.backend = backend
         self.agents = as_agents(
-            backend, fused=cfg.fused_call, temperature=cfg.temperature, attempt_chars=cfg.attempt_chars,
-            max_tokens=cfg.max_tokens, hint_max_tokens=cfg.hint_max_tokens,
+            backend, fused=a.fused_call, temperature=a.temperature, attempt_chars=a.attempt_chars,
+            max_tokens=a.max_tokens, hint_max_tokens=a.hint_max_tokens,
         )
         self.decode = decode or _tokenizer_decode(builder)
         self.guard = guard or LeakGuard()
-        self.scheduler = Scheduler(cfg, seed=seed, patience=cfg.collapse_patience, exempt_steps=cfg.exempt_steps)
+        self.scheduler = Scheduler(cfg.trigger, seed=seed)
         self._plans: dict[int, StepPlan] = {}
         self._lock = threading.Lock()
 
@@ -132,7 +133,7 @@ class Mentor:
         device: str = "cpu",
         **kwargs: Any,
     ) -> Mentor:
-        backend = build_backend(cfg, engine=engine, tokenizer=tokenizer, seed=seed, device=device)
+        backend = build_backend(cfg.agents, engine=engine, tokenizer=tokenizer, seed=seed, device=device)
         return cls(cfg, backend, builder, seed=seed, **kwargs)
 
     # ------------------------------------------------------------ hints
@@ -159,7 +160,7 @@ class Mentor:
                 else:
                     iv.diagnosis = d
             self._write(
-                [iv for iv in ivs if iv.diagnosis is not None], t0 + self.cfg.timeout_s, allow_lower=True
+                [iv for iv in ivs if iv.diagnosis is not None], t0 + self.cfg.agents.timeout_s, allow_lower=True
             )
         plan.latency_s = time.monotonic() - t0
         for iv in ivs:
@@ -215,19 +216,19 @@ class Mentor:
             iv.case.previous_hints.append(iv.hint.text)
             iv.level += 1
             iv.hint = None
-        self._write(up, time.monotonic() + self.cfg.timeout_s, allow_lower=False)
+        self._write(up, time.monotonic() + self.cfg.agents.timeout_s, allow_lower=False)
         return [iv for iv in up if iv.hint is not None]
 
     # ------------------------------------------------------------ re-rolls
     def _rerolls_per_round(self, ivs: list[Intervention]) -> int:
-        if LossMode(self.cfg.loss_mode) != LossMode.GROUP:
-            return self.cfg.rerolls
+        if LossMode(self.cfg.loss.mode) != LossMode.GROUP:
+            return self.cfg.reroll.count
         sizes = {len(iv.group.rollouts) for iv in ivs}
         if len(sizes) > 1:
             raise ValueError(
                 f"loss_mode=group re-rolls G per group, but the groups have sizes {sorted(sizes)}"
             )
-        return sizes.pop() if sizes else self.cfg.rerolls
+        return sizes.pop() if sizes else self.cfg.reroll.count
 
     def _encode(self, iv: Intervention) -> list[int] | None:
         try:
@@ -268,7 +269,7 @@ class Mentor:
         round 0 already generated elsewhere (see `first_round`)."""
         t0, esc_s = time.monotonic(), 0.0
         active = [iv for iv in interventions if iv.hint is not None]
-        for rnd in range(self.cfg.max_rounds):
+        for rnd in range(self.cfg.reroll.max_rounds):
             if rnd > 0:
                 t_esc = time.monotonic()
                 active = self._escalate([iv for iv in active if not iv.rescued])
@@ -330,17 +331,39 @@ class Mentor:
     def finish(
         self, groups: list[Group], interventions: list[Intervention], step: int | None = None
     ) -> MentorOutcome:
-        """Assemble the batch (mentor.loss_mode) and report the step's metrics and dump rows."""
+        """Assemble the batch (mentor.loss.mode), mark the inserted re-rolls with their loss treatment,
+        and report the step's metrics and dump rows."""
         if step is None:
             step = interventions[0].step if interventions else -1
         with self._lock:
             plan = self._plans.pop(step, None)
-        cands = {iv.group.group_id: iv.candidates(self.cfg.loss_mode) for iv in interventions if iv.rescued}
-        out = assemble_groups(
-            groups, cands, self.cfg.loss_mode, self.cfg.max_replace, seed=self.seed * 1_000_003 + step
-        )
-        rows = [self._dump_row(iv) for iv in interventions] if self.cfg.dump else []
-        return MentorOutcome(out, self._metrics(plan, interventions, out), rows, interventions)
+        lc = self.cfg.loss
+        cands = {iv.group.group_id: iv.candidates(lc.mode) for iv in interventions if iv.rescued}
+        out = assemble_groups(groups, cands, lc.mode, lc.max_replace, seed=self.seed * 1_000_003 + step)
+        out = [self._treat(g) if g.group_id in cands else g for g in out]
+        rows = [dump_row(iv) for iv in interventions] if self.cfg.dump else []
+        metrics = step_metrics(plan, interventions, out, self.scheduler.graduations, self._backend_counts())
+        return MentorOutcome(out, metrics, rows, interventions)
+
+    def _treat(self, group: Group) -> Group:
+        """The loss treatment of mentor.loss, as data on each inserted re-roll (the update reads it and
+        knows nothing of MENTOR): transfer and shaping weigh the policy term per token
+        (algo/weights.py); distillation adds a term that pulls the bare prompt toward the hinted
+        context along the re-roll (algo/terms.py)."""
+        lc = self.cfg.loss
+        weighting = {"transfer": TokenWeighting("truncated_is", lc.transfer_is_cap),
+                     "shaping": TokenWeighting("shaping", lc.shaping_gamma)}.get(lc.mode)
+        rollouts = []
+        for r in group.rollouts:
+            if r.origin == "mentor":
+                hinted = r.behaviour_prompt_ids or r.prompt_ids
+                terms = ()
+                if lc.distill_coef > 0 and LossMode(lc.mode) != LossMode.GROUP and hinted != group.prompt_ids:
+                    terms = (ExtraTerm("distill", lc.distill_coef, tuple(group.prompt_ids)),)
+                if weighting is not None or terms:
+                    r = dataclasses.replace(r, weighting=weighting, extra_terms=terms)
+            rollouts.append(r)
+        return Group(group.group_id, group.problem, group.prompt_ids, rollouts)
 
     def intervene(
         self,
@@ -356,78 +379,33 @@ class Mentor:
         self.reroll(ivs, generate_fn, score_fn, params, policy_version)
         return self.finish(groups, ivs, step)
 
-    def _metrics(self, plan: StepPlan | None, ivs: list[Intervention], out: list[Group]) -> dict[str, float]:
-        rejects = Counter(v["gate"] for iv in ivs for v in iv.verdicts if not v["ok"])
-        levels = Counter(iv.rescue_level or iv.hints[-1].level for iv in ivs if iv.hints)
-        no_hint = [iv for iv in ivs if iv.hint is None and not iv.hints]
-        m: dict[str, float] = {
-            "mentor/triggered": len(ivs),
-            "mentor/rescued": sum(iv.rescued for iv in ivs),
-            "mentor/latency_s": plan.latency_s if plan else 0.0,
-            "mentor/reroll_s": plan.reroll_s if plan else 0.0,
-            "mentor/rerolls": sum(len(iv.rerolls) for iv in ivs),
-            "mentor/rerolls_cut": sum(iv.cut for iv in ivs),
-            "mentor/leak_rejects": sum(rejects.values()),
-            "mentor/graduations": self.scheduler.graduations,
-            "groups/all_fail_frac_after_mentor": sum(g.all_fail for g in out) / len(out) if out else 0.0,
-            "mentor/garbage": sum(iv.garbage for iv in ivs),
-            "mentor/no_hint": len(no_hint),
-            "mentor/collapse_event": float(plan.collapse_event) if plan else 0.0,
-            "mentor/surge_active": float(plan.surge_active) if plan else 0.0,
-            "mentor/all_fail_frac": plan.all_fail_frac if plan else 0.0,
-            "mentor/over_budget": plan.over_budget if plan else 0,
-        }
-        m |= {f"mentor/level_{lvl}": levels.get(lvl, 0) for lvl in (1, 2, 3)}
-        m |= {f"mentor/leak_rejects/{gate}": n for gate, n in rejects.items()}
-        m |= {f"mentor/no_hint/{r}": n for r, n in Counter(iv.no_hint_reason for iv in no_hint).items()}
-        counts = getattr(getattr(self.agents, "backend", self.agents), "counts", None)  # the text backend's
-        if counts is not None:
-            m |= {f"mentor/{k}": v for k, v in counts.drain().items()}
-        return {k: float(v) for k, v in m.items()}
-
-    def _dump_row(self, iv: Intervention) -> dict[str, Any]:
-        p = iv.group.problem
-        return {
-            "step": iv.step,
-            "group_id": iv.group.group_id,
-            "problem_id": p.id,
-            "question": p.question,
-            "gold": p.gold,
-            "attempts": [
-                {
-                    "text": truncate_middle(r.text, 300, 300),
-                    "answer": final_answer_key(r),
-                    "note": r.verifier_note,
-                    "finish_reason": r.finish_reason,
-                }
-                for r in iv.case.attempts
-            ],
-            "diagnosis": iv.diagnosis.to_dict() if iv.diagnosis else None,
-            "hint": iv.hints[-1].text if iv.hints else (iv.hint.text if iv.hint else None),
-            "level": iv.rescue_level or (iv.hints[-1].level if iv.hints else None),
-            "hints": [{"level": h.level, "text": h.text} for h in iv.hints],
-            "guard": iv.verdicts,
-            "rerolls": [
-                {
-                    "round": k,
-                    "level": r.hint.level if r.hint else None,
-                    "reward": r.reward,
-                    "correct": r.correct,
-                    "text": truncate_middle(r.text, 200, 200),
-                }
-                for k, rs in enumerate(iv.rounds)
-                for r in rs
-            ],
-            "rerolls_cut": iv.cut,
-            "rescued": iv.rescued,
-            "no_hint_reason": iv.no_hint_reason,
-            "latency_s": round(iv.latency_s, 4),
-            "policy_version": iv.policy_version,
-        }
-
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler.state_dict()}
+
+    def pending_state(self, step: int) -> dict[str, Any]:
+        """What `finish` of a step whose hints are written but not yet used will read: the step's
+        plan (its all-fail fraction, collapse and surge flags) and the text backend's counts."""
+        with self._lock:
+            plan = self._plans.get(step)
+        counts = self._backend_counts()
+        return {"plan": plan, "counts": counts.snapshot() if counts is not None else None}
+
+    def restore_pending(self, step: int, state: dict[str, Any]) -> None:
+        if state.get("plan") is not None:
+            with self._lock:
+                self._plans[step] = state["plan"]
+        counts = self._backend_counts()
+        if counts is not None and state.get("counts") is not None:
+            counts.restore(state["counts"])
+
+    def drop_pending(self, step: int) -> None:
+        """Forget a step whose hints will not be used (too stale)."""
+        with self._lock:
+            self._plans.pop(step, None)
+
+    def _backend_counts(self):
+        return getattr(getattr(self.agents, "backend", self.agents), "counts", None)  # the text backend's
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.scheduler.load_state_dict(state["scheduler"])

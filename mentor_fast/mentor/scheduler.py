@@ -22,7 +22,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mentor_fast.config import MentorConfig
+from mentor_fast.config import TriggerConfig
 from mentor_fast.types import Group
 
 MIN_LEVEL, MAX_LEVEL = 1, 3
@@ -95,14 +95,13 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(
-        self, cfg: MentorConfig, seed: int = 0, patience: int = 1, keep_hints: int = 3, exempt_steps: int = 0
-    ) -> None:
-        """exempt_steps: no interventions before this step unless a surge is open (research 2.6:
-        T_exempt, ~10% of the run; 0 disables). patience: consecutive steps for a collapse event."""
-        self.cfg, self.seed, self.keep_hints, self.exempt_steps = cfg, seed, keep_hints, exempt_steps
+    def __init__(self, cfg: TriggerConfig, seed: int = 0, keep_hints: int = 3) -> None:
+        """cfg.exempt_steps: no interventions before this step unless a surge is open (research 2.6:
+        T_exempt, ~10% of the run; 0 disables). cfg.collapse_patience: consecutive steps for a
+        collapse event."""
+        self.cfg, self.seed, self.keep_hints, self.exempt_steps = cfg, seed, keep_hints, cfg.exempt_steps
         self.detector = CollapseDetector(
-            cfg.ema, cfg.collapse_delta, cfg.collapse_abs, cfg.surge_steps, patience
+            cfg.ema, cfg.collapse_delta, cfg.collapse_abs, cfg.surge_steps, cfg.collapse_patience
         )
         self.memory: dict[str, ProblemRecord] = {}
         self.graduations = 0

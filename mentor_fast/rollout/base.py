@@ -24,7 +24,13 @@ class SamplingParams:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Generates n samples per context, with the sampler's per-token log-probs."""
+    """Generates n samples per context, with the sampler's per-token log-probs.
+
+    Every engine implements every method; what an engine cannot do it declares in
+    `supports_horizon` and refuses with a ValueError, so callers never probe for methods."""
+
+    supports_horizon: bool
+    """`generate_many(..., horizon=h)` cuts the rows of later requests (HF: yes; vLLM: no)."""
 
     @property
     def policy_version(self) -> int:
@@ -40,12 +46,29 @@ class RolloutEngine(Protocol):
         """prompts: B token-id lists -> B lists of `params.n` Samples, in order."""
         ...
 
+    def generate_many(self, requests: list[Request], *, tag: str = "initial",
+                      horizon: float = 0.0) -> list[list[list[Sample]]]:
+        """Several requests (differing only in n and seed) in one decode loop, each served as its own
+        `generate` call would serve it: rows added to a running batch cost less than a second pass
+        over the weights. tag: the phase ("initial", "reroll", ...) for engines that count
+        prefix-cache hits per phase. horizon (0: off, else >= 1): rows of requests[1:] still running
+        when every row of requests[0] has ended are cut at `horizon` x the longest of those
+        (finish_reason "cut"); only where `supports_horizon`."""
+        ...
+
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
         """Load the trainer's current weights; afterwards `policy_version == version`."""
         ...
 
+    def pop_metrics(self) -> dict[str, float]:
+        """The engine's own metrics since the last call (e.g. prefix-cache hit rates); may be empty."""
+        ...
+
     def close(self) -> None:
         ...
+
+
+Request = tuple[list[list[int]], SamplingParams]  # (prompts, params) as `generate` takes them
 
 
 class EngineError(RuntimeError):
@@ -72,9 +95,6 @@ def check_request(prompts: list[list[int]], params: SamplingParams, max_context_
             )
 
 
-Request = tuple[list[list[int]], SamplingParams]  # (prompts, params) as `generate` takes them
-
-
 def check_mergeable(requests: list[Request]) -> None:
     """Requests served by one decode loop may differ in n and seed only."""
     shared = {(p.max_new_tokens, p.temperature, p.top_p, p.greedy) for _, p in requests}
@@ -83,13 +103,3 @@ def check_mergeable(requests: list[Request]) -> None:
             "requests merged into one generate call must share max_new_tokens, temperature, top_p and "
             f"greedy (they may differ in n and seed); got {sorted(shared)}"
         )
-
-
-def generate_many(engine, requests: list[Request], **kwargs) -> list[list[list[Sample]]]:
-    """Serve several requests, each as `engine.generate(prompts, params)` would, in one engine call
-    where the engine supports it (`generate_many`): rows added to a running batch cost less than a
-    second pass over the weights (on 2 CPU cores, 16 re-roll rows added to 32 cost 64% of their own
-    call; README). Engines without it get one call per request. kwargs (e.g. vLLM's tag) pass through."""
-    if hasattr(engine, "generate_many"):
-        return engine.generate_many(requests, **kwargs)
-    return [engine.generate(prompts, params, **kwargs) for prompts, params in requests]

@@ -7,17 +7,16 @@ decode loop is written out (not `model.generate`) for two reasons:
 - each sequence draws its randomness from its own stream, seeded from (seed, prompt index,
   sample index), so its tokens do not depend on batch neighbours, padding or `hf_batch_size`.
 A prompt's n samples share one prefill; the prompt's KV rows are repeated n times afterwards.
-Under a horizon (`generate_many(..., horizon=h)`, the async mentor's `mentor.reroll_horizon`)
+Under a horizon (`generate_many(..., horizon=h)`, the async mentor's `mentor.reroll.horizon`)
 the rows of the later requests (merged re-rolls) stop at h times the longest row of the first
 (the initial rollouts), so they cannot keep a call running on a few rows after the rest ended.
 
-On CPU the engine decodes with `CPU_GQA_ATTENTION` in place of transformers' "sdpa"
-(`rollout.hf_gqa_attention`, default on). Under a padding mask, transformers copies the grouped
-K/V to every query head before calling SDPA, because the fused GQA kernels on CUDA refuse a mask.
+On CPU the engine decodes with `CPU_GQA_ATTENTION` in place of transformers' "sdpa" (the
+constructor's `gqa_attention`, on unless a test turns it off). Under a padding mask, transformers
+copies the grouped K/V to every query head before calling SDPA, because the fused GQA kernels on CUDA refuse a mask.
 Torch's CPU path takes the mask together with `enable_gqa`, so this attention hands K/V over as
 they are. For SmolLM2-135M (9 query heads, 3 K/V heads) it makes a decode step at 32 sequences and
-a 92-token context about a quarter faster (`benchmarks/decode_attention.py`; README, "Where
-MENTOR's step time goes").
+a 92-token context about a quarter faster (docs/experiments/history.md, "Step time of MENTOR").
 
 Shape letters: U unique prompts in a chunk, S sequences in a chunk, L live sequences, T length,
 V vocabulary.
@@ -142,10 +141,13 @@ class _Horizon:
 class HFEngine:
     """RolloutEngine on transformers, sharing the trainer's policy module (no weight copies)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, cfg: RolloutConfig):
+    supports_horizon = True
+
+    def __init__(self, model: torch.nn.Module, tokenizer, cfg: RolloutConfig, gqa_attention: bool = True):
         self._model = model
         self._tokenizer = tokenizer
         self._cfg = cfg
+        self._gqa_attention = gqa_attention
         self._version = 0
         self._eos = eos_token_ids(tokenizer, model)
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
@@ -165,12 +167,17 @@ class HFEngine:
     def close(self) -> None:
         self._model = None
 
+    def pop_metrics(self) -> dict[str, float]:
+        return {}  # no counters of its own: the trainer times generation
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         return self.generate_many([(prompts, params)])[0]
 
-    def generate_many(self, requests: list[Request], horizon: float = 0.0) -> list[list[list[Sample]]]:
+    def generate_many(self, requests: list[Request], *, tag: str = "initial",
+                      horizon: float = 0.0) -> list[list[list[Sample]]]:
         """Requests that differ only in n and seed, decoded together; each sequence gets exactly the
         random stream it would get from its own `generate` call, and the same tokens unless cut.
+        `tag` is not used (this engine keeps no per-phase counters).
 
         horizon (0: off, else >= 1): the rows of requests[1:] may not outlast requests[0]'s for
         long. Once every row of requests[0] has ended, a later row that has decoded `horizon` times
@@ -211,8 +218,8 @@ class HFEngine:
         return out  # type: ignore[return-value]
 
     def attention(self):
-        """The attention decoding runs under: `cpu_gqa_attention` unless rollout.hf_gqa_attention is false."""
-        return cpu_gqa_attention(self._model) if self._cfg.hf_gqa_attention else contextlib.nullcontext()
+        """The attention decoding runs under: `cpu_gqa_attention` unless the engine was built without it."""
+        return cpu_gqa_attention(self._model) if self._gqa_attention else contextlib.nullcontext()
 
     def _check(self, prompts: list[list[int]], params: SamplingParams) -> None:
         if self._model is None:

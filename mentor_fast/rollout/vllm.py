@@ -132,6 +132,8 @@ def _shm_dir() -> str:
 class VLLMEngine:
     """RolloutEngine on one offline `vllm.LLM`, started once and kept for the run."""
 
+    supports_horizon = False
+
     def __init__(self, model_path: str | Path, tokenizer, cfg: RolloutConfig, dtype: str = "float32",
                  seed: int = 0, colocated: bool = False, prefix_caching: bool = True):
         """colocated: GPU only, trainer and engine share the device: enables vLLM sleep mode so
@@ -205,9 +207,13 @@ class VLLMEngine:
         """tag: which prefix-cache hit-rate counter this call feeds ("initial", "reroll", ...)."""
         return self.generate_many([(prompts, params)], tag=tag)[0]
 
-    def generate_many(self, requests: list[Request], tag: str = "initial") -> list[list[list[Sample]]]:
+    def generate_many(self, requests: list[Request], *, tag: str = "initial",
+                      horizon: float = 0.0) -> list[list[list[Sample]]]:
         """Several requests in one `LLM.generate` call (one schedule, one batch); each prompt keeps
-        the seed its own `generate` call would give it."""
+        the seed its own `generate` call would give it. No horizon: vLLM's scheduler finishes what
+        it admitted (`supports_horizon` is False)."""
+        if horizon:
+            raise ValueError("the vllm engine cannot cut rows mid-call (horizon); use rollout.engine=hf")
         llm = self._live()
         for prompts, params in requests:
             self._check(prompts, params)

@@ -1,0 +1,171 @@
+"""MENTOR as the trainer's method (mentor_fast/method.py): everything about hints in flight.
+
+Synchronous (`mentor.async=false`): after scoring, the step's all-fail groups are diagnosed,
+hinted, re-rolled (escalating) and assembled into the step's own batch.
+
+Async (the default, DESIGN.md section 5): the hints for step t's failures are written in a
+background thread while step t's update runs. At step t+1 they are taken (`before_rollout`,
+waiting if need be), and their first re-roll round rides in t+1's initial generate call, sampled
+by the next policy version: on top of the step's rows (`mentor.reroll.budget=extra`) or in the
+rows of its last prompts (`shared`), cut at `mentor.reroll.horizon` if set. After scoring
+(`after_score`) later rounds run, the rescued groups are assembled and join t+1's batch, and
+t+1's own failures go to the background. Hints whose failed rollouts are more than
+`mentor.reroll.max_staleness` versions old are dropped (mentor/stale_dropped). A checkpoint
+keeps the hints in flight, their step's plan and the backend's counts, so a resumed run logs
+what the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mentor_fast.config import MentorConfig
+from mentor_fast.mentor.pipeline import Intervention, Mentor, MentorOutcome, RerollRequest
+from mentor_fast.method import RolloutPlan
+from mentor_fast.types import Group, Problem, Rollout, Sample
+
+
+@dataclass
+class _Pending:
+    """Hints being written (or written) in the background for step `step`'s all-fail groups."""
+
+    future: Future
+    groups: list[Group]
+    step: int
+
+
+@dataclass
+class _Riding:
+    """Hints taken at this step, whose first re-roll round rides in this step's generate call."""
+
+    interventions: list[Intervention]
+    groups: list[Group]
+    step: int
+    wait_s: float  # how long the trainer waited for them
+    request: RerollRequest
+
+
+class MentorMethod:
+    """The plug-in: `mentor` writes hints and re-rolls; this decides when, and carries the state.
+
+    engine: the rollout engine (`generate_many`); score: fills reward/correct of rollouts in place;
+    sampling(step, stream): the step's sampling parameters (stream 1: re-rolls);
+    num_generations: G (the shared budget skips whole prompts of G rows); dump_path: mentor.jsonl.
+    """
+
+    def __init__(self, cfg: MentorConfig, mentor: Mentor, engine, score: Callable[[list[Rollout]], Any],
+                 sampling: Callable[[int, int], Any], num_generations: int, dump_path: Path | None = None):
+        self.cfg, self.mentor, self.engine, self.score, self.sampling = cfg, mentor, engine, score, sampling
+        self.num_generations, self.dump_path = num_generations, dump_path
+        # backend=self writes hints with the policy itself, so it cannot run beside the update.
+        self._pool = (ThreadPoolExecutor(1, thread_name_prefix="mentor")
+                      if cfg.async_ and cfg.agents.backend != "self" else None)
+        self._pending: _Pending | None = None
+        self._riding: _Riding | None = None
+
+    # ---------------------------------------------------------------- the step
+    def before_rollout(self, step: int, problems: list[Problem], version: int) -> RolloutPlan:
+        metrics: dict[str, float] = {}
+        riding = self._take(version, metrics) if self.cfg.async_ else None
+        if riding is None:
+            return RolloutPlan(problems, metrics=metrics)
+        request = riding.request
+        rows = len(request.prompts) * request.params.n
+        metrics["mentor/merged_rerolls"] = float(rows)
+        if self.cfg.reroll.budget == "shared":  # the re-rolls take the rows of the last prompts
+            skip = min(math.ceil(rows / self.num_generations), len(problems) - 1)
+            problems = problems[: len(problems) - skip]
+            metrics["mentor/prompts_skipped"] = float(skip)
+        self._riding = riding
+        return RolloutPlan(problems, riders=[(request.prompts, request.params)], horizon=self.cfg.reroll.horizon,
+                           metrics=metrics)
+
+    def after_score(self, step: int, groups: list[Group], rider_samples: list[list[list[Sample]]],
+                    version: int) -> tuple[list[Group], dict[str, float]]:
+        metrics: dict[str, float] = {}
+        if not self.cfg.async_:
+            out = self.mentor.intervene(groups, step, self._generate, self.score, self.sampling(step, 1), version)
+            self._record(out, metrics)
+            metrics["mentor/hinted_step"] = float(step)
+            return out.groups, metrics
+        carried: list[Group] = []
+        if self._riding is not None:
+            r, self._riding = self._riding, None
+            self.mentor.reroll(r.interventions, self._generate, self.score, self.sampling(r.step, 1), version,
+                               first=(r.request, rider_samples[0]))
+            out = self.mentor.finish(r.groups, r.interventions, r.step)
+            rescued = {iv.group.group_id for iv in r.interventions if iv.rescued}
+            carried = [g for g in out.groups if g.group_id in rescued]
+            self._record(out, metrics)
+            metrics["mentor/hinted_step"] = float(r.step)  # the step whose failed groups these helped
+            latency = metrics.get("mentor/latency_s", 0.0)
+            metrics["mentor/overlap_frac"] = max(0.0, 1.0 - r.wait_s / latency) if latency > 0 else 1.0
+        metrics["off_policy/max_lag"] = float(max(
+            (version - ro.policy_version for g in carried for ro in g.rollouts), default=0))
+        if self._pool is not None:
+            future = self._pool.submit(self.mentor.write_hints, groups, step)
+        else:  # backend=self: written now, on the trainer's thread
+            future = Future()
+            future.set_result(self.mentor.write_hints(groups, step))
+        self._pending = _Pending(future, groups, step)
+        return groups + carried, metrics
+
+    def _take(self, version: int, metrics: dict) -> _Riding | None:
+        """The hints written for the last step's failures (waiting for them if need be), with their
+        first round's request; None when there are none, or when they are too stale to re-roll
+        on-policy."""
+        if self._pending is None:
+            return None
+        p, self._pending = self._pending, None
+        t0 = time.perf_counter()
+        interventions = p.future.result(timeout=self.cfg.agents.timeout_s)
+        wait_s = time.perf_counter() - t0
+        lag = version - min(r.policy_version for g in p.groups for r in g.rollouts)
+        if lag > self.cfg.reroll.max_staleness:  # too old to learn from on-policy: drop, and say so
+            metrics["mentor/stale_dropped"] = float(len(interventions))
+            self.mentor.drop_pending(p.step)
+            return None
+        request = self.mentor.first_round(interventions, self.sampling(p.step, 1))
+        return _Riding(interventions, p.groups, p.step, wait_s, request)
+
+    def _generate(self, prompts: list[list[int]], params) -> list[list[Sample]]:
+        """Later re-roll rounds (and every round when sync): an engine call of their own."""
+        return self.engine.generate_many([(prompts, params)], tag="reroll")[0]
+
+    def _record(self, out: MentorOutcome, metrics: dict) -> None:
+        metrics.update(out.metrics)
+        if out.dump_rows and self.dump_path is not None:
+            with self.dump_path.open("a") as f:
+                for row in out.dump_rows:
+                    f.write(json.dumps(row, default=str) + "\n")
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        pending = None
+        if self._pending is not None:  # the mentor queue: hints written for the last step's failures
+            p = self._pending
+            pending = {"interventions": p.future.result(), "groups": p.groups, "step": p.step,
+                       **self.mentor.pending_state(p.step)}
+        return {"mentor": self.mentor.state_dict(), "pending": pending}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is None:
+            return
+        self.mentor.load_state_dict(state["mentor"])
+        pending = state.get("pending")
+        if pending is not None:
+            done: Future = Future()
+            done.set_result(pending["interventions"])
+            self._pending = _Pending(done, pending["groups"], pending["step"])
+            self.mentor.restore_pending(pending["step"], pending)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

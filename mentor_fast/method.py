@@ -1,0 +1,64 @@
+"""The trainer's extension points: a method (MENTOR, or none) is called at fixed points of a step.
+
+    plan = method.before_rollout(step, problems, version)  # which prompts, and rows that ride along
+    ...  rollout (one engine call for plan.problems and plan.riders), score
+    groups, metrics = method.after_score(step, groups, rider_samples, version)
+    ...  advantages, update, weight sync
+    method.state_dict() / load_state_dict(state)            # at checkpoint time
+
+The trainer knows nothing else of a method: its state, its budget and its loss treatment live with
+it, and what it wants done differently to a sequence reaches the update as data on the rollout
+(`Rollout.weighting`, `Rollout.extra_terms`). `NoMethod` is vanilla GRPO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mentor_fast.rollout.base import Request
+from mentor_fast.types import Group, Problem, Sample
+
+
+@dataclass
+class RolloutPlan:
+    """What the step generates: G samples of each of `problems`, and `riders` in the same call."""
+
+    problems: list[Problem]
+    riders: list[Request] = field(default_factory=list)  # extra requests (e.g. async re-rolls), unscored
+    horizon: float = 0.0  # cut riders at this many times the longest rollout of `problems` (0: off)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Method(Protocol):
+    def before_rollout(self, step: int, problems: list[Problem], version: int) -> RolloutPlan: ...
+
+    def after_score(self, step: int, groups: list[Group], rider_samples: list[list[list[Sample]]],
+                    version: int) -> tuple[list[Group], dict[str, float]]:
+        """The scored groups of the step -> the groups to train on, and the method's metrics."""
+        ...
+
+    def state_dict(self) -> dict[str, Any] | None: ...
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NoMethod:
+    """Vanilla GRPO: the step's prompts as drawn, its scored groups as they are."""
+
+    def before_rollout(self, step: int, problems: list[Problem], version: int) -> RolloutPlan:
+        return RolloutPlan(problems)
+
+    def after_score(self, step, groups, rider_samples, version):
+        return groups, {}
+
+    def state_dict(self) -> None:
+        return None
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
