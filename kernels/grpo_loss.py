@@ -169,7 +169,8 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     the kl metric), is_weights [N] (truncated IS weights on the policy term, detached, capped at
     is_cap), seq_ids [N] (needed for gspo). Knobs: see GRPOOptions (eps_low=0.2, eps_high=0.28,
     temperature=1.0, beta=0.0, kl_estimator="k3", dual_clip=0.0, entropy_coef=0.0, is_cap=0.0,
-    loss_type="dapo", adv_estimator, chunk_tokens, memory_budget_mb, compute_weight_grad, ...).
+    loss_type="clip" (or "gspo", "cispo", "sapo"), adv_estimator, chunk_tokens, memory_budget_mb,
+    compute_weight_grad, ...).
     backend: None (CUDA -> triton, CPU -> torch), "triton", "torch" or "ref".
     """
     if Backend(backend or "torch") is Backend.REF:

@@ -1,8 +1,8 @@
 """`mentor-fast bench`: end-to-end step throughput, each variant in its own process.
 
-Settings follow the TRL anchor (../shared/bench): SmolLM2-135M-Instruct, 4 prompts x 8 samples, at
-most 128 new tokens, generated 2-digit arithmetic, lr 1e-6, beta 0, one optimizer step per
-generation batch. Reports the median step time with the first step excluded, the split
+Settings, shared with benchmarks/trl_baseline.py (TRL's GRPOTrainer on the same prompts):
+SmolLM2-135M-Instruct, 4 prompts x 8 samples, at most 128 new tokens, ladder level 2 (2-digit
+sums and differences), lr 1e-6, beta 0, one optimizer step per generation batch. Reports the median step time with the first step excluded, the split
 gen / old_logprob / update, completion tokens per second and the process's peak RSS. Variants
 run alternately (A B A B ...) in fresh processes, so each peak RSS is its own and slow drifts of a
 shared machine hit every variant alike.
@@ -133,7 +133,7 @@ def run_child(name: str, args) -> dict:
 
 
 def run_trl(name: str, args) -> dict:
-    """The anchor script on the same model folder and step count; its per-step JSON mapped to our keys
+    """benchmarks/trl_baseline.py on the same model folder and step count; its per-step JSON mapped to our keys
     (gen = HF generate, update = policy forward + backward + optimizer step)."""
     from mentor_fast.models import resolve_model_path
 
