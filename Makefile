@@ -22,10 +22,13 @@ venv: $(BIN)/.installed
 
 # The demo: a supervised warm-up (worked solutions of levels 1-2, a quarter of the rows hinted level-5
 # problems), then GRPO + MENTOR through the jump to level 7 (configs/demo_cpu.yaml).
+# `make demo NPROC=2` trains on 2 ranks (torchrun, gloo): the same numbers, in runs/demo_cpu/train_2ranks.
+NPROC ?= 1
 demo: venv
 	$(BIN)/mentor-fast sft --config configs/demo_cpu.yaml --levels 1,2 --hinted-levels 5 --steps 10 --batch 12 --lr 5e-5 \
 		--out runs/demo_cpu/sft
-	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml
+	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml \
+		$(if $(filter-out 1,$(NPROC)),--nproc $(NPROC) output_dir=runs/demo_cpu/train_$(NPROC)ranks)
 
 lint: venv
 	$(BIN)/ruff check .

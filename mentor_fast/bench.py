@@ -6,6 +6,11 @@ sums and differences), lr 1e-6, beta 0, one optimizer step per generation batch.
 gen / old_logprob / update, completion tokens per second and the process's peak RSS. Variants
 run alternately (A B A B ...) in fresh processes, so each peak RSS is its own and slow drifts of a
 shared machine hit every variant alike.
+
+--nproc 1,2 runs every variant on 1 rank and on 2 (torchrun, gloo on the CPU), alternated too.
+The 2 cores are split between the ranks (trainer.threads = 2 / N), and rollouts are seeded per
+prompt, so each rank count updates on the same batch: the update time's difference is what
+the collectives and the sharding cost (timing_s/update is the slowest rank's).
 """
 
 from __future__ import annotations
@@ -122,8 +127,11 @@ def run_one(variant: str, steps: int, extra: list[str]) -> dict:
             "overrides": VARIANTS[variant] + extra}
 
 
-def run_child(name: str, args) -> dict:
-    cmd = [sys.executable, "-m", "mentor_fast.bench", "--one", name, "--steps", str(args.steps), *args.overrides]
+def run_child(name: str, args, nproc: int = 1) -> dict:
+    overrides = [*args.overrides, *([f"trainer.threads={max(1, 2 // nproc)}"] if nproc > 1 else [])]
+    launch = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                  f"--nproc-per-node={nproc}"]
+    cmd = [*launch, "-m", "mentor_fast.bench", "--one", name, "--steps", str(args.steps), *overrides]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
@@ -162,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="reference_fp32,fused_fp32", help=f"comma list of {list(VARIANTS)}")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--repeats", type=int, default=1, help="alternating rounds over the variants")
+    p.add_argument("--nproc", default="1", help="comma list of rank counts to run each variant on (e.g. 1,2)")
     p.add_argument("--out", default="benchmarks/results/step_cpu.jsonl", help="JSONL file rows are appended to")
     p.add_argument("--trl-python", help="python of a virtualenv with trl installed (for the trl_* variants)")
     p.add_argument("--trl-script", default=str(Path(__file__).resolve().parents[1] / "benchmarks" / "trl_baseline.py"),
@@ -170,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="extra key=value overrides for every variant")
     args = p.parse_args(argv)
     if args.one:
-        print("RESULT " + json.dumps(run_one(args.one, args.steps, args.overrides)), flush=True)
+        result = run_one(args.one, args.steps, args.overrides)
+        if os.environ.get("RANK", "0") == "0":
+            print("RESULT " + json.dumps(result), flush=True)
         return 0
 
     names = args.variants.split(",")
@@ -185,16 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     info = versions()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    ranks = [int(n) for n in args.nproc.split(",")]
+    if any(n > 1 for n in ranks) and any(n in TRL_VARIANTS for n in names):
+        p.error("--nproc applies to the project's variants, not TRL's")
     for rep in range(args.repeats):
-        for name in names:
+        for name, nproc in ((n, r) for n in names for r in ranks):
             t0 = time.time()
-            res = run_trl(name, args) if name in TRL_VARIANTS else run_child(name, args)
-            res.update(repeat=rep, wall_s=time.time() - t0, versions=info,
+            res = run_trl(name, args) if name in TRL_VARIANTS else run_child(name, args, nproc)
+            res.update(repeat=rep, wall_s=time.time() - t0, versions=info, nproc=nproc,
                        date=time.strftime("%Y-%m-%d %H:%M:%S"), loadavg=os.getloadavg())
             with out.open("a") as f:
                 f.write(json.dumps(res) + "\n")
             m = res["median_excl_first"]
-            print(f"{name:24s} rep {rep}: step {m.get('timing_s/step', 0):6.1f}s  "
+            print(f"{name:24s} x{nproc} rep {rep}: step {m.get('timing_s/step', 0):6.1f}s  "
                   f"gen {m.get('timing_s/gen', 0):5.1f}s  update {m.get('timing_s/update', 0):5.1f}s  "
                   f"tok/s {m.get('perf/tokens_per_s', 0):5.1f}  "
                   f"peak RSS {res['peak_rss_gb']:.2f} GB  acc {m.get('acc', 0):.3f}", flush=True)

@@ -1,7 +1,19 @@
-"""Checkpoints: the policy as an HF safetensors folder (with its tokenizer), plus optimizer,
-scheduler, RNG states, data position and mentor state. Writes are atomic: everything goes into a
-temporary folder, every file is fsynced, then the folder is renamed into place. A checkpoint
-interrupted mid-write is never visible under its final name, so resume never reads half a file."""
+"""Checkpoints, one folder per step:
+
+    step_XXXXXX/policy/            the policy as an HF safetensors folder (with its tokenizer)
+    step_XXXXXX/optim/             AdamW's state through torch.distributed.checkpoint, sharded as
+                                   the ranks held it, keyed by parameter name
+    step_XXXXXX/trainer_state.pt   schedule, position, policy version, the method's shared state
+    step_XXXXXX/ranks/rank_R.pt    each rank's own: RNG states, the update's generator, its hints
+                                   in flight
+
+A run resumes on any number of ranks: the weights load whole and are sharded again, and
+torch.distributed.checkpoint reshards the optimizer state. Writes are atomic: everything goes
+into a temporary folder, every file is fsynced, then rank 0 renames the folder into place after
+every rank has written. A checkpoint interrupted mid-write is never visible under its final name,
+so resume never reads half a file. Checkpoints written before the optimizer moved to optim/ (its
+state inside trainer_state.pt) still load on one rank.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +21,14 @@ import os
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from mentor_fast.dist import Dist
 
 _NAME = re.compile(r"^step_(\d{6,})$")
 
@@ -51,25 +66,81 @@ def list_checkpoints(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def save_checkpoint(root: Path, step: int, model, tokenizer, state: dict[str, Any], keep_last_n: int) -> Path:
-    """Write root/step_XXXXXX atomically; keep the newest `keep_last_n`."""
-    root.mkdir(parents=True, exist_ok=True)
+def save_checkpoint(root: Path, step: int, *, policy, optimizer, tokenizer, state: dict[str, Any],
+                    rank_state: dict[str, Any], keep_last_n: int, dist: Dist) -> Path:
+    """Write root/step_XXXXXX atomically (every rank calls it); keep the newest `keep_last_n`."""
+    from torch.distributed.checkpoint import save as dcp_save
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
     final = root / f"step_{step:06d}"
-    tmp = root / f".tmp-step_{step:06d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(tmp / "policy", safe_serialization=True)
-        tokenizer.save_pretrained(tmp / "policy")
-        torch.save({**state, "step": step, "rng": rng_state()}, tmp / "trainer_state.pt")
-        _fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
+    tmp = root / f".tmp-step_{step:06d}"
+    if dist.is_main:
+        root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    for old in list_checkpoints(root)[:-keep_last_n] if keep_last_n > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+    try:
+        with warnings.catch_warnings():  # one process: DCP warns that it saves without a process group
+            warnings.simplefilter("ignore", UserWarning)
+            dcp_save({"optim": get_optimizer_state_dict(policy, optimizer)}, checkpoint_id=str(tmp / "optim"),
+                     no_dist=not dist.enabled)
+        # the whole policy on rank 0's CPU, tensor by tensor (every rank joins the gathers)
+        full = get_model_state_dict(policy.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        (tmp / "ranks").mkdir(parents=True, exist_ok=True)
+        torch.save({**rank_state, "rng": rng_state()}, tmp / "ranks" / f"rank_{dist.rank}.pt")
+        if dist.is_main:
+            if getattr(policy.model.config, "tie_word_embeddings", False):
+                full.pop("lm_head.weight", None)  # the embedding is the head
+            policy.model.save_pretrained(tmp / "policy", state_dict=full, safe_serialization=True)
+            tokenizer.save_pretrained(tmp / "policy")
+            torch.save({**state, "step": step, "world_size": dist.world_size}, tmp / "trainer_state.pt")
+        del full
+        dist.barrier()  # every rank has written its part
+        if dist.is_main:
+            _fsync_tree(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            for old in list_checkpoints(root)[:-keep_last_n] if keep_last_n > 0 else []:
+                shutil.rmtree(old, ignore_errors=True)
+    finally:
+        dist.barrier()
+        if dist.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def load_optimizer(ckpt: Path, policy, optimizer, legacy_state: dict[str, Any] | None, dist: Dist) -> None:
+    """AdamW's state from `ckpt` into `optimizer`, resharded to this run's ranks."""
+    from torch.distributed.checkpoint import load as dcp_load
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    if not (ckpt / "optim").is_dir():
+        if legacy_state is None or dist.enabled:
+            raise CheckpointError(f"{ckpt} has no optim/ folder (written before sharded checkpoints); "
+                                  "resume it on one rank")
+        optimizer.load_state_dict(legacy_state)
+        return
+    state = {"optim": get_optimizer_state_dict(policy, optimizer)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp_load(state, checkpoint_id=str(ckpt / "optim"), no_dist=not dist.enabled)
+    set_optimizer_state_dict(policy, optimizer, state["optim"])
+
+
+def load_rank_state(ckpt: Path, rank: int) -> dict[str, Any] | None:
+    """This rank's saved state, or None when the checkpoint was written by fewer ranks."""
+    path = ckpt / "ranks" / f"rank_{rank}.pt"
+    return torch.load(path, weights_only=False) if path.is_file() else None
+
+
+def saved_ranks(ckpt: Path) -> list[dict[str, Any]]:
+    """Every rank's saved state, in rank order (empty for a checkpoint without ranks/)."""
+    paths = sorted((ckpt / "ranks").glob("rank_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
+    return [torch.load(p, weights_only=False) for p in paths]
 
 
 def latest_checkpoint(root: Path) -> Path | None:

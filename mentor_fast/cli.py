@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 
 from mentor_fast.config import ConfigError, load_config
 
@@ -14,9 +16,14 @@ def _train(argv: list[str]) -> int:
     p.add_argument("--resume", nargs="?", const="auto", default=None,
                    help="resume from the latest checkpoint in output_dir, or from the given checkpoint folder")
     p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    p.add_argument("--nproc", type=int, default=0, metavar="N",
+                   help="train on N ranks of this node: runs `torchrun --standalone --nproc-per-node N -m "
+                        "mentor_fast train ...` (one process per device; on the CPU, gloo and one thread each)")
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides, applied last")
     args = p.parse_args(argv)
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, args.overrides)  # a bad key fails here, before any rank starts
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return _torchrun(args.nproc, _without_nproc(argv), cfg.output_dir)
     if args.dry_run:
         import yaml
 
@@ -27,8 +34,41 @@ def _train(argv: list[str]) -> int:
     from mentor_fast.trainer import Trainer
 
     out = Trainer(cfg, resume=args.resume).fit()
-    print(f"run folder: {out}")
+    if os.environ.get("RANK", "0") == "0":
+        print(f"run folder: {out}")
     return 0
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
+
+
+def _torchrun(nproc: int, argv: list[str], output_dir: str) -> int:
+    """The same command on `nproc` local ranks; torchrun stops every rank when one fails, and its
+    summary names the rank that failed first. This adds the step each rank was in."""
+    import subprocess
+    from pathlib import Path
+
+    marks = Path(output_dir) / "ranks"
+    for old in marks.glob("rank_*.step"):
+        old.unlink()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "mentor_fast", "train", *argv]
+    code = subprocess.run(cmd, check=False).returncode
+    if code != 0:
+        steps = {int(p.stem.split("_")[1]): p.read_text().strip() for p in marks.glob("rank_*.step")}
+        where = ", ".join(f"rank {r} at step {steps[r]}" for r in sorted(steps)) or "before the first step"
+        print(f"error: the {nproc}-rank run stopped (torchrun exit {code}): {where}; torchrun's summary "
+              "above names the rank that failed first", file=sys.stderr)
+    return code
 
 
 def _prepare_model(argv: list[str]) -> int:
@@ -67,6 +107,7 @@ A single-node GRPO trainer with fused kernels and MENTOR (hints for groups whose
 
 commands:
   train          GRPO (+ MENTOR) training: mentor-fast train --config FILE.yaml [key.sub=value ...]
+                 on N ranks: mentor-fast train --nproc N ... (or torchrun ... -m mentor_fast train ...)
   sft            a supervised warm-up on the data's worked solutions (the demo's first stage)
   eval           sampled pass@k of a policy on held-out problems, optionally with a mentor hint
   bench          end-to-end step time of trainer variants (and TRL's), alternated, in fresh processes
@@ -86,11 +127,18 @@ def main(argv: list[str] | None = None) -> int:
         if argv:
             print(f"error: unknown command {argv[0]!r}", file=sys.stderr)
         return 2
+    from mentor_fast.dist import RankFailure
+
     try:
         return COMMANDS[argv[0]](argv[1:])
     except _user_errors() as e:  # bad input or a failed engine: one clear line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RankFailure as e:  # one rank of several: what failed there (a user error: no traceback), then where
+        if e.__cause__ is not None and not isinstance(e.__cause__, _user_errors()):
+            traceback.print_exception(e.__cause__)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

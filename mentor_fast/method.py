@@ -5,6 +5,7 @@
     groups, metrics = method.after_score(step, groups, rider_samples, version)
     ...  advantages, update, weight sync
     method.state_dict() / load_state_dict(state)            # at checkpoint time
+    method.regroup(states, holds)                           # every rank's saved state -> this rank's
 
 The trainer knows nothing else of a method: its state, its budget and its loss treatment live with
 it, and what it wants done differently to a sequence reaches the update as data on the rollout
@@ -13,6 +14,7 @@ it, and what it wants done differently to a sequence reaches the update as data 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +44,11 @@ class Method(Protocol):
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None: ...
 
+    def regroup(self, states: list[Any], holds: Callable[[int], bool]) -> Any:
+        """Resuming on another number of ranks: the states every rank saved -> this rank's, keeping
+        what belongs to the groups it now holds (holds(group_id))."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -59,6 +66,9 @@ class NoMethod:
 
     def load_state_dict(self, state) -> None:
         pass
+
+    def regroup(self, states, holds) -> None:
+        return None
 
     def close(self) -> None:
         pass

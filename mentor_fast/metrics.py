@@ -35,6 +35,48 @@ def to_scalars(metrics: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+# How a per-rank metric becomes the run's (reduce_metrics). The rest are counts, summed.
+_MAX_PREFIXES = ("timing_s/", "perf/", "mentor/latency_s", "mentor/reroll_s", "off_policy/")
+_SAME = {"mentor/all_fail_frac", "mentor/collapse_event", "mentor/surge_active", "mentor/over_budget",
+         "mentor/graduations", "mentor/hinted_step", "trainer/skipped_step"}  # global already
+_WEIGHTED = {"groups/all_fail_frac_after_mentor": "mentor/assembled_groups"}  # mean weighted by
+
+
+_MEAN_SUFFIXES = ("/mean", "_frac", "_rate")  # per rollout on each rank: ranks hold equal shares
+
+
+def reduce_metrics(dist, metrics: dict[str, float]) -> dict[str, float]:
+    """Every rank's metrics -> the run's: counts summed, times and lags the slowest rank's, values
+    the ranks share (the scheduler's plan) rank 0's, per-rollout means and rates averaged over
+    the ranks that report them (each rank holds the same number of prompts), the mentor's
+    after-assembly fraction weighted by its group count. Every rank calls it; with one rank it
+    is the identity. (The trainer computes the initial groups' and the batch's metrics from
+    exact sums instead: group_metrics, batch_metrics.)"""
+    if not dist.enabled:
+        return metrics
+    parts = dist.gather(metrics)
+    keys = list(dict.fromkeys(k for part in parts for k in part))
+    out = {}
+    for k in keys:
+        values = [part.get(k) for part in parts]
+        present = [v for v in values if v is not None]
+        if k in _SAME:
+            out[k] = present[0]
+        elif k.startswith(_MAX_PREFIXES) or k.endswith("_max"):
+            out[k] = max(present)
+        elif k == "mentor/overlap_frac":
+            out[k] = min(present)
+        elif k in _WEIGHTED:
+            w = [part.get(_WEIGHTED[k], 0.0) for part in parts]
+            total = sum(w)
+            out[k] = sum(v * c for v, c in zip(values, w) if v is not None) / total if total else 0.0
+        elif k.endswith(_MEAN_SUFFIXES):
+            out[k] = sum(present) / len(present)
+        else:
+            out[k] = sum(present)
+    return out
+
+
 class MetricsLogger:
     def __init__(self, out_dir: Path, tensorboard: bool, wandb: bool, config: dict, progress_total: int,
                  progress: bool, start_step: int = 0):

@@ -5,12 +5,19 @@
 
 The trainer knows no method: MENTOR (or none, vanilla GRPO) is called at fixed points through
 mentor_fast/method.py, and whatever it wants done to a sequence arrives as data on the rollouts.
+
+Across ranks (torchrun; mentor_fast/dist.py) each rank takes whole groups: rank r of W trains on
+prompts [r P/W, (r+1) P/W) of the step's P, with its own engine. Sampling streams are keyed by
+the global prompt index, so a run draws the same rollouts on any number of ranks. The policy is
+sharded by FSDP2 (sharding.py); the update's normaliser, the metrics and the mentor's scheduler
+are global. Rank 0 writes the logs; every rank writes its part of a checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import random
 import time
 from pathlib import Path
@@ -19,15 +26,25 @@ import numpy as np
 import torch
 
 from mentor_fast.algo.batch import TrainBatch, build_train_batch
-from mentor_fast.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, set_rng_state
+from mentor_fast.checkpoint import (
+    latest_checkpoint,
+    load_optimizer,
+    load_rank_state,
+    load_trainer_state,
+    save_checkpoint,
+    saved_ranks,
+    set_rng_state,
+)
 from mentor_fast.config import RunConfig, save_config, to_dict
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
+from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.method import Method, NoMethod, RolloutPlan
-from mentor_fast.metrics import MetricsLogger, peak_mem_gb, to_scalars, write_report
-from mentor_fast.models import load_policy, load_tokenizer, resolve_device, resolve_model_path
+from mentor_fast.metrics import MetricsLogger, peak_mem_gb, reduce_metrics, to_scalars, write_report
+from mentor_fast.models import load_policy, load_tokenizer, resolve_device, resolve_model_path, torch_dtype
 from mentor_fast.rewards import RewardScorer
 from mentor_fast.rollout import make_engine
 from mentor_fast.rollout.base import SamplingParams
+from mentor_fast.sharding import FullWeights, shard_policy
 from mentor_fast.types import Group, Rollout, Sample
 from mentor_fast.update import PolicyUpdater, build_optimizer
 
@@ -65,46 +82,66 @@ class StepTimer:
 class Trainer:
     def __init__(self, cfg: RunConfig, resume: str | Path | None = None):
         self.cfg = cfg
-        self.out = Path(cfg.output_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.out / "config.yaml")
         if cfg.trainer.threads > 0:
             torch.set_num_threads(cfg.trainer.threads)
+        self.dist = Dist.from_env(resolve_device(cfg.model.device), cfg.dist.timeout_s, cfg.trainer.threads)
+        self.out = Path(cfg.output_dir)
+        if self.dist.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.out / "config.yaml")
+        self.dist.barrier()
         seed_everything(cfg.seed)
+        self.shard = self.dist.shard(cfg.rollout.prompts_per_step)  # this rank's [start, stop) of the prompts
 
         self.model_path = resolve_model_path(cfg.model.path)
         ckpt = self._find_resume(resume)
         weights_path = ckpt / "policy" if ckpt else self.model_path
         self.tokenizer = load_tokenizer(self.model_path)
-        self.device = resolve_device(cfg.model.device)
+        self.device = self.dist.device
         self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation).to(self.device)
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.train()
         self.ref_model = None
-        if cfg.model.ref_model and cfg.loss.beta > 0:
+        if cfg.model.ref_model and cfg.loss.beta > 0:  # frozen and small next to the policy: not sharded
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        # Across ranks the HF engine decodes from its own whole copy (a sharded forward would be a
+        # collective per decoded token); one rank shares the policy module.
+        engine_model = copy.deepcopy(self.model) if self.dist.enabled and cfg.rollout.engine == "hf" else self.model
+        self.policy = shard_policy(self.model, self.dist, param_dtype=self._param_dtype())
+        self.weights = FullWeights(self.policy) if self.dist.enabled else self.model  # what engines read
 
-        self.optimizer, self.scheduler = build_optimizer(self.model, cfg.optim, cfg.trainer.max_steps)
+        self.optimizer, self.scheduler = build_optimizer(self.policy, cfg.optim, cfg.trainer.max_steps)
         self.updater = PolicyUpdater(
-            self.model, self.optimizer, self.scheduler, cfg.loss, cfg.trainer, cfg.optim,
+            self.policy, self.optimizer, self.scheduler, cfg.loss, cfg.trainer, cfg.optim,
             temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
             pad_id=self.tokenizer.pad_token_id, autocast_bf16=cfg.model.autocast_bf16,
-            ref_model=self.ref_model, seed=cfg.seed,
+            ref_model=self.ref_model, seed=cfg.seed, dist=self.dist,
         )
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed)
         self.scorer = RewardScorer(cfg.reward)
         self.start_step = 0
         self.version = 0
+        self._regroup: list | None = None
         method_state = None
         if ckpt is not None:
             method_state = self._restore(ckpt)
-        self.engine = make_engine(cfg.rollout, self.model, self.tokenizer, weights_path, cfg.model.dtype, cfg.seed)
+        self.engine = make_engine(cfg.rollout, engine_model, self.tokenizer, weights_path, cfg.model.dtype, cfg.seed,
+                                  owns_weights=engine_model is not self.model)
         if self.version:
-            self.engine.update_weights(self.model, self.version)
+            self.engine.update_weights(self.weights, self.version)
         self.method: Method = self._build_method()
+        if self._regroup is not None:  # resumed on another number of ranks
+            method_state = self.method.regroup(self._regroup, self._holds)
         self.method.load_state_dict(method_state)
+
+    def _param_dtype(self) -> torch.dtype | None:
+        """FSDP2's compute dtype for the gathered parameters (None: the parameters' own)."""
+        name = self.cfg.dist.param_dtype
+        if name == "auto":
+            return torch.bfloat16 if self.cfg.model.autocast_bf16 else None
+        return torch_dtype(name)
 
     def _build_method(self) -> Method:
         cfg = self.cfg
@@ -115,7 +152,7 @@ class Trainer:
         mentor = Mentor.from_config(cfg.mentor, self.builder, engine=self.engine, tokenizer=self.tokenizer,
                                     seed=cfg.seed, device=str(self.device))
         return MentorMethod(cfg.mentor, mentor, self.engine, self.scorer.score, self.sampling,
-                            cfg.rollout.num_generations, self.out / "mentor.jsonl")
+                            cfg.rollout.num_generations, self.out / "mentor.jsonl", dist=self.dist)
 
     # ---------------------------------------------------------------- resume
     def _find_resume(self, resume) -> Path | None:
@@ -126,74 +163,99 @@ class Trainer:
         return Path(resume)
 
     def _restore(self, ckpt: Path):
-        """Optimizer, schedule, RNGs and position from `ckpt`; returns the method's saved state."""
+        """Optimizer, schedule, RNGs and position from `ckpt`; returns the method's saved state.
+
+        On the number of ranks that wrote it, every rank gets back exactly its own state. On
+        another number the weights, optimizer, schedule and position are exact (the sampling
+        streams do not depend on the ranks); each rank's update generator and RNGs start from
+        rank 0's, and hints in flight go to the rank that now holds their group."""
         state = load_trainer_state(ckpt)
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer(ckpt, self.policy, self.optimizer, state.get("optimizer"), self.dist)
         self.scheduler.load_state_dict(state["scheduler"])
-        self.updater.generator.set_state(state["update_generator"])
-        set_rng_state(state["rng"])
         self.start_step = state["step"]
         self.version = state["policy_version"]
-        return state.get("method", state.get("mentor"))  # "mentor": checkpoints written before the plug-in
+        same = state.get("world_size", 1) == self.dist.world_size
+        mine = load_rank_state(ckpt, self.dist.rank if same else 0)
+        if mine is None:  # written before checkpoints had per-rank parts
+            mine = {"update_generator": state["update_generator"], "rng": state["rng"],
+                    "method": state.get("method", state.get("mentor"))}  # "mentor": before the plug-in
+        self.updater.generator.set_state(mine["update_generator"])
+        set_rng_state(mine["rng"])
+        if not same:
+            self._regroup = [r["method"] for r in saved_ranks(ckpt)]
+        return mine["method"]
+
+    def _holds(self, group_id: int) -> bool:
+        """Whether this rank holds the group (group ids are step * 100_000 + global prompt index)."""
+        start, stop = self.shard
+        return start <= group_id % 100_000 < stop
 
     def save(self, step: int) -> Path:
         state = {
-            "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "update_generator": self.updater.generator.get_state(),
             "policy_version": self.version,
             "data": {"source": self.cfg.data.source, "seed": self.cfg.seed, "next_step": step + 1},
-            "method": self.method.state_dict(),
         }
-        return save_checkpoint(self.out / "checkpoints", step, self.model, self.tokenizer, state,
-                               self.cfg.trainer.keep_last_n)
+        rank_state = {"update_generator": self.updater.generator.get_state(), "method": self.method.state_dict()}
+        return save_checkpoint(self.out / "checkpoints", step, policy=self.policy, optimizer=self.optimizer,
+                               tokenizer=self.tokenizer, state=state, rank_state=rank_state,
+                               keep_last_n=self.cfg.trainer.keep_last_n, dist=self.dist)
 
     # ---------------------------------------------------------------- the step
     def step(self, step: int) -> dict[str, float]:
         """rollout -> score -> method -> advantages -> update -> weight sync."""
         timer, metrics = StepTimer(), {}
         with timer("step"):
-            plan = self.method.before_rollout(step, self.source.batch(step, self.cfg.rollout.prompts_per_step),
-                                              self.version)
+            plan = self.method.before_rollout(step, self.problems(step), self.version)
             groups, rider_samples = self.rollout(plan, step, timer, metrics)
             with timer("reward"):
                 metrics.update(self.scorer.score([r for g in groups for r in g.rollouts]))
-            metrics.update(plan.metrics | group_metrics(groups))  # the initial rollouts, before the method
+            initial = group_metrics(groups, self.dist)  # the initial rollouts, before the method
             with timer("mentor"):
                 groups, method_metrics = self.method.after_score(step, groups, rider_samples, self.version)
             batch = build_train_batch(groups, self.cfg.advantage)
-            metrics.update(method_metrics | batch_metrics(batch))
-            if batch.num_seqs == 0:  # every prompt was dropped: nothing to learn from, say so and go on
+            metrics.update(plan.metrics | method_metrics)
+            learned = batch_metrics(batch, self.dist)
+            if learned["batch/sequences"] == 0:  # every prompt was dropped: nothing to learn from, say so and go on
                 metrics["trainer/skipped_step"] = 1.0
             else:
                 with timer("update"):
-                    metrics.update(self.updater.update(batch, self.version))
+                    learned.update(self.updater.update(batch, self.version))  # reduced over ranks already
                 self.version += 1
                 with timer("weight_sync"):
-                    self.engine.update_weights(self.model, self.version)
+                    self.engine.update_weights(self.weights, self.version)
                 metrics.update(self.engine.pop_metrics())
         metrics = timer.metrics | metrics  # an engine's own timing_s/weight_sync wins
-        metrics["perf/tokens_per_s"] = float(batch.completion_lens.sum()) / metrics["timing_s/step"]
         metrics["perf/peak_mem_gb"] = peak_mem_gb()
-        return to_scalars(metrics)
+        row = reduce_metrics(self.dist, to_scalars(metrics)) | initial | to_scalars(learned)
+        row["perf/tokens_per_s"] = row["batch/tokens"] / row["timing_s/step"]
+        return row
+
+    def problems(self, step: int) -> list:
+        """This rank's share of the step's prompts."""
+        start, stop = self.shard
+        return self.source.batch(step, self.cfg.rollout.prompts_per_step)[start:stop]
 
     def rollout(self, plan: RolloutPlan, step: int, timer: StepTimer,
                 metrics: dict) -> tuple[list[Group], list[list[list[Sample]]]]:
         """G samples of each prompt of the plan (prompts over the length limit are dropped and
-        counted), unscored, and the riders' samples from the same engine call."""
-        kept, prompts = [], []
-        for p in plan.problems:
+        counted), unscored, and the riders' samples from the same engine call. A prompt's group id
+        and sampling stream are keyed by its global index, the same on any number of ranks."""
+        kept, prompts, index = [], [], []
+        for i, p in enumerate(plan.problems):
             try:
                 prompts.append(self.builder.encode(p))
                 kept.append(p)
+                index.append(self.shard[0] + i)
             except PromptTooLong:
                 metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
+        params = dataclasses.replace(self.sampling(step), keys=tuple(index))
         with timer("gen"):
             samples, *rider_samples = self.engine.generate_many(
-                [(prompts, self.sampling(step)), *plan.riders], tag="initial+reroll" if plan.riders else "initial",
+                [(prompts, params), *plan.riders], tag="initial+reroll" if plan.riders else "initial",
                 horizon=plan.horizon if plan.riders else 0.0)
         groups = []
-        for g_idx, (p, ids, group_samples) in enumerate(zip(kept, prompts, samples)):
+        for g_idx, p, ids, group_samples in zip(index, kept, prompts, samples):
             rollouts = [
                 Rollout(problem=p, group_id=step * 100_000 + g_idx, prompt_ids=ids, completion_ids=s.token_ids,
                         sampler_logprobs=s.logprobs, text=self.builder.decode_completion(s.token_ids),
@@ -210,31 +272,51 @@ class Trainer:
                               top_p=r.top_p, seed=sampling_seed(self.cfg.seed, step, stream))
 
     def fit(self) -> Path:
-        cfg = self.cfg
-        logger = MetricsLogger(self.out, cfg.trainer.tensorboard, cfg.trainer.wandb, to_dict(cfg),
-                               cfg.trainer.max_steps, cfg.trainer.progress, self.start_step)
+        cfg, main = self.cfg, self.dist.is_main
+        logger = (MetricsLogger(self.out, cfg.trainer.tensorboard, cfg.trainer.wandb, to_dict(cfg),
+                                cfg.trainer.max_steps, cfg.trainer.progress, self.start_step) if main else None)
+        step = self.start_step
         try:
             for step in range(self.start_step + 1, cfg.trainer.max_steps + 1):
+                self._mark(step)
                 row = self.step(step)
                 if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0:
                     row.update(self.evaluate(step))
-                if step % cfg.trainer.log_every == 0 or step == cfg.trainer.max_steps:
+                if logger and (step % cfg.trainer.log_every == 0 or step == cfg.trainer.max_steps):
                     logger.log(step, row)
                 if cfg.trainer.save_every and step % cfg.trainer.save_every == 0:
                     self.save(step)
             last = cfg.trainer.max_steps
             if self.start_step < last and not (cfg.trainer.save_every and last % cfg.trainer.save_every == 0):
                 self.save(last)
+        except Exception as e:
+            if self.dist.enabled:  # name the rank and the step; torchrun stops the other ranks
+                raise RankFailure(f"rank {self.dist.rank} of {self.dist.world_size} failed at step {step}: "
+                                  f"{type(e).__name__}: {e}") from e
+            raise
         finally:
-            logger.close()
+            if logger:
+                logger.close()
             self.close()
-        write_report(self.out / "metrics.jsonl", self.out / "report.png", title=str(self.out.name))
+        if main:
+            write_report(self.out / "metrics.jsonl", self.out / "report.png", title=str(self.out.name))
         return self.out
 
+    def _mark(self, step: int) -> None:
+        """Across ranks: the step this rank is in, in OUTPUT_DIR/ranks/ (what `mentor-fast train
+        --nproc` reports when a rank dies without a word, e.g. killed)."""
+        if self.dist.enabled:
+            folder = self.out / "ranks"
+            folder.mkdir(exist_ok=True)
+            (folder / f"rank_{self.dist.rank}.step").write_text(f"{step}\n")
+
     def evaluate(self, step: int) -> dict[str, float]:
-        """Held-out sampled pass@1 of the current policy, prompts without hints (trainer.eval_every)."""
+        """Held-out sampled pass@1 of the current policy, prompts without hints (trainer.eval_every);
+        on rank 0, from its engine (the others go on to the next step's collectives)."""
         from mentor_fast.evaluate import evaluate
 
+        if not self.dist.is_main:
+            return {}
         t0 = time.perf_counter()
         r = self.cfg.rollout
         summary = evaluate(
@@ -250,31 +332,44 @@ class Trainer:
         self.method.close()
         self.scorer.close()
         self.engine.close()
+        self.dist.close()
 
 
-def group_metrics(groups: list[Group]) -> dict[str, float]:
-    """Metrics of the initial (unhinted) rollouts."""
+def group_metrics(groups: list[Group], dist: Dist | None = None) -> dict[str, float]:
+    """Metrics of the initial (unhinted) rollouts, over every rank's groups."""
     rollouts = [r for g in groups for r in g.rollouts]
-    if not rollouts:
-        return {"groups/count": 0.0}
-    n = len(groups)
+    rewards = [r.reward for r in rollouts]
+    lens = [len(r.completion_ids) for r in rollouts]
+    sums = [len(groups), len(rollouts), sum(rewards), sum(x * x for x in rewards), sum(r.correct for r in rollouts),
+            sum(g.all_fail for g in groups), sum(g.all_pass for g in groups), sum(lens),
+            sum(r.truncated for r in rollouts)]
+    if dist is not None and dist.enabled:
+        sums = dist.sum(sums).tolist()
+        longest = float(dist.max([max(lens, default=0)])[0])
+    else:
+        longest = float(max(lens, default=0))
+    n_groups, n, reward, reward_sq, correct, all_fail, all_pass, length, truncated = sums
+    if not n:
+        return {"groups/count": float(n_groups)}
+    mean = reward / n
     return {
-        "reward/mean": float(np.mean([r.reward for r in rollouts])),
-        "reward/std": float(np.std([r.reward for r in rollouts])),
-        "acc": float(np.mean([r.correct for r in rollouts])),
-        "groups/count": float(n),
-        "groups/all_fail_frac": sum(g.all_fail for g in groups) / n,
-        "groups/all_pass_frac": sum(g.all_pass for g in groups) / n,
-        "response_length/mean": float(np.mean([len(r.completion_ids) for r in rollouts])),
-        "response_length/max": float(max(len(r.completion_ids) for r in rollouts)),
-        "response_length/clip_frac": float(np.mean([r.truncated for r in rollouts])),
+        "reward/mean": mean,
+        "reward/std": max(0.0, reward_sq / n - mean * mean) ** 0.5,
+        "acc": correct / n,
+        "groups/count": n_groups,
+        "groups/all_fail_frac": all_fail / n_groups,
+        "groups/all_pass_frac": all_pass / n_groups,
+        "response_length/mean": length / n,
+        "response_length/max": longest,
+        "response_length/clip_frac": truncated / n,
     }
 
 
-def batch_metrics(batch: TrainBatch) -> dict[str, float]:
+def batch_metrics(batch: TrainBatch, dist: Dist | None = None) -> dict[str, float]:
     """signal_yield: the share of generated tokens whose advantage is non-zero (i.e. that teach)."""
     lens = batch.completion_lens.double()
-    total = float(lens.sum())
-    useful = float((lens * (batch.advantages != 0).double()).sum())
-    return {"signal_yield": useful / total if total else 0.0, "batch/tokens": total,
-            "batch/sequences": float(batch.num_seqs)}
+    sums = [float(lens.sum()), float((lens * (batch.advantages != 0).double()).sum()), float(batch.num_seqs)]
+    if dist is not None and dist.enabled:
+        sums = dist.sum(sums).tolist()
+    total, useful, seqs = sums
+    return {"signal_yield": useful / total if total else 0.0, "batch/tokens": total, "batch/sequences": seqs}

@@ -112,3 +112,25 @@ class Group:
     @property
     def all_pass(self) -> bool:
         return self.num_correct == len(self.rollouts)
+
+    @property
+    def problem_id(self) -> str:
+        return self.problem.id
+
+    @property
+    def size(self) -> int:
+        return len(self.rollouts)
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """What the mentor's scheduler needs of a group; other ranks' groups travel as these."""
+
+    group_id: int
+    problem_id: str
+    all_fail: bool
+    size: int
+
+    @classmethod
+    def of(cls, g: Group) -> GroupSummary:
+        return cls(g.group_id, g.problem.id, g.all_fail, len(g.rollouts))

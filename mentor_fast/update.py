@@ -7,6 +7,13 @@ kernels/objective.py. The update is blind to the method that built the batch: wh
 done differently to a sequence arrives as data on its rollout (`weighting`, `extra_terms`,
 `behaviour_prompt_ids`; see algo/weights.py and algo/terms.py).
 
+Across ranks (mentor_fast/dist.py, sharding.py) each rank updates on its own groups and the
+gradients are summed. The normaliser is global: a sequence's weight is computed from the whole
+step's lengths, over every rank, so the sum of the ranks' gradients is the one-device gradient.
+Every forward under FSDP2 is a collective, so every rank makes the same number of passes of each
+kind: a rank with fewer micro-batches (or none: all its groups have zero advantage) makes empty
+ones. The metrics are reduced over ranks before they are reported.
+
 Two exact savings (both on by default, both off-switchable in TrainerConfig):
 - shared prompts: each distinct prompt of a micro-batch runs through the decoder once (forward.py);
 - zero-advantage sequences (all-fail and all-pass groups) are skipped when beta = 0, there is no
@@ -31,8 +38,10 @@ from mentor_fast.algo.batch import (
 from mentor_fast.algo.terms import TermContext, apply_extra_terms
 from mentor_fast.algo.weights import Weighting, token_policy_weights
 from mentor_fast.config import LossConfig, OptimConfig, TrainerConfig
+from mentor_fast.dist import Dist
 from mentor_fast.forward import MicroBatch, completion_hidden
 from mentor_fast.kernels import GRPOOptions, grpo_loss, sequence_weights, token_logprobs
+from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
 from mentor_fast.types import TokenWeighting
 
 
@@ -63,8 +72,22 @@ def loss_options(cfg: LossConfig, temperature: float) -> GRPOOptions:
                        entropy_coef=cfg.entropy_coef, is_cap=0.0)
 
 
+def _hidden_and_head(model, batch, seqs, pad_id, share_prompts, autocast_bf16):
+    """Run inside the policy's forward: the micro-batch's hidden states and the (gathered) head."""
+    mb = completion_hidden(model, batch, seqs, pad_id, share_prompts=share_prompts, autocast_bf16=autocast_bf16)
+    return mb, head_weight(model)
+
+
+def _idle_pass(model, pad_id):
+    """One token through the whole policy, for a rank that has nothing to compute in a pass."""
+    ids = torch.full((1, 1), pad_id, dtype=torch.long, device=next(model.parameters()).device)
+    return model.get_decoder()(input_ids=ids).last_hidden_state, head_weight(model)
+
+
 class PolicyUpdater:
-    """Runs PPO epochs x mini-batches x micro-batches over one TrainBatch."""
+    """Runs PPO epochs x mini-batches x micro-batches over one TrainBatch.
+
+    model: the policy, or its `PolicyModule` (sharded across the ranks of `dist`)."""
 
     def __init__(
         self,
@@ -81,8 +104,11 @@ class PolicyUpdater:
         autocast_bf16: bool = False,
         ref_model: torch.nn.Module | None = None,
         seed: int = 0,
+        dist: Dist | None = None,
     ):
-        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.policy = model if isinstance(model, PolicyModule) else PolicyModule(model)
+        self.model, self.optimizer, self.scheduler = self.policy.model, optimizer, scheduler
+        self.dist = dist or Dist()
         self.loss_cfg, self.trainer_cfg, self.optim_cfg = loss_cfg, trainer_cfg, optim_cfg
         self.temperature, self.max_new_tokens, self.pad_id = temperature, max_new_tokens, pad_id
         self.autocast_bf16 = autocast_bf16
@@ -95,7 +121,7 @@ class PolicyUpdater:
         # The prompt keys/values are passed between two decoder calls, which HF's gradient
         # checkpointing does not allow (it drops the cache): fall back to full rows there.
         self.share_prompts = trainer_cfg.shared_prompt_forward and not getattr(
-            model, "is_gradient_checkpointing", False)
+            self.model, "is_gradient_checkpointing", False)
         self.skip_zero_advantage = (trainer_cfg.skip_zero_advantage and loss_cfg.beta == 0
                                     and loss_cfg.entropy_coef == 0 and loss_cfg.aggregation != "token_mean_micro")
 
@@ -107,22 +133,39 @@ class PolicyUpdater:
                                              batch.completion_lens.tolist(), seqs, budget)
         return plan_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
 
-    def _hidden(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> MicroBatch:
-        return completion_hidden(model, batch, seqs, self.pad_id, share_prompts=self.share_prompts,
-                                 autocast_bf16=self.autocast_bf16)
+    def _hidden(self, model: torch.nn.Module | None, batch: TrainBatch,
+                seqs: list[int]) -> tuple[MicroBatch, torch.Tensor]:
+        """(micro-batch hidden states, LM head weight) of the policy (model None) or the reference."""
+        args = (batch, seqs, self.pad_id, self.share_prompts, self.autocast_bf16)
+        return self.policy(_hidden_and_head, *args) if model is None else _hidden_and_head(model, *args)
+
+    def _idle(self, grad: bool) -> None:
+        """An empty pass: the collectives of a forward (and backward) with a zero contribution."""
+        with torch.set_grad_enabled(grad):
+            hidden, weight = self.policy(_idle_pass, self.pad_id)
+            if grad:
+                ((hidden.sum() + weight.sum()) * 0.0).backward()
+
+    def _most(self, n: int) -> int:
+        """The most passes any rank makes where this rank makes n."""
+        return int(self.dist.max([n])[0]) if self.dist.enabled else n
 
     @torch.no_grad()
-    def logprobs(self, model: torch.nn.Module, batch: TrainBatch, seqs: list[int]) -> dict[int, torch.Tensor]:
-        """No-grad per-sequence completion log-probs in each sequence's own context."""
+    def logprobs(self, model: torch.nn.Module | None, batch: TrainBatch, seqs: list[int]) -> dict[int, torch.Tensor]:
+        """No-grad per-sequence completion log-probs in each sequence's own context, of the policy
+        (model None; every rank joins, see `_idle`) or of a reference model (local)."""
         out = {}
-        weight = model.get_output_embeddings().weight
-        for plan in self._plan(batch, seqs):
-            mb = self._hidden(model, batch, plan)
+        plans = self._plan(batch, seqs)
+        passes = self._most(len(plans)) if model is None else len(plans)  # agreed before any pass
+        for plan in plans:
+            mb, weight = self._hidden(model, batch, plan)
             with torch.autocast(mb.hidden.device.type, enabled=False):
                 logp = token_logprobs(mb.hidden, weight, mb.targets, temperature=self.temperature,
                                       backend=self.backend)
             for j, i in enumerate(plan):
                 out[i] = logp[mb.seq_index == j].float().cpu()
+        for _ in range(passes - len(plans)):
+            self._idle(grad=False)
         return out
 
     # ---------------------------------------------------------------- the update
@@ -137,7 +180,8 @@ class PolicyUpdater:
         than it was sampled in (`behaviour_prompt_ids`) always gets pi_old recomputed in its
         training context.
         """
-        if not self.optim_cfg.step_without_signal and self.signal_free(batch):
+        dist = self.dist
+        if not self.optim_cfg.step_without_signal and not dist.any(not self.signal_free(batch)):
             self.scheduler.step()  # the schedule follows trainer steps, taken or not
             return {"loss": torch.zeros(()), "grad_norm": torch.zeros(()),
                     "lr": torch.tensor(self.scheduler.get_last_lr()[0]), "timing_s/old_logprob": 0.0,
@@ -146,36 +190,51 @@ class PolicyUpdater:
         computed = set(self.trainable(batch))
         old_logp = None
         if self.trainer_cfg.ppo_epochs > 1 or self.trainer_cfg.mini_batches > 1:
-            old_logp = self.logprobs(self.model, batch, sorted(computed))
+            old_logp = self.logprobs(None, batch, sorted(computed))
         moved = [i for i in sorted(computed) if _moved(batch, i) and (old_logp is None or i not in old_logp)]
-        if moved:
-            old_logp = {**(old_logp or {}), **self.logprobs(self.model, batch, moved)}
+        if dist.any(bool(moved)):
+            old_logp = {**(old_logp or {}), **self.logprobs(None, batch, moved)}
         old_s = time.perf_counter() - t0
         sums: dict[str, torch.Tensor] = {}
         terms: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         grad_norms = []
         stale = batch.policy_versions < current_version
-        context = TermContext(self.model, self.temperature)
+        context = TermContext(self.model, self.temperature, forward=self.policy, idle=self._idle,
+                              count=self._most if dist.enabled else None)
+        # extra terms backpropagate on their own; without them, ranks sync gradients once per step
+        sync_each = dist.any(any(r.extra_terms for r in batch.rollouts))
         for _epoch in range(self.trainer_cfg.ppo_epochs):
-            for mini in split_mini_batches(batch.num_seqs, self.trainer_cfg.mini_batches, self.generator):
-                # the weights see the whole mini-batch, skipped sequences included
-                seq_w = sequence_weights(batch.completion_lens[mini], self.loss_cfg.aggregation, self.max_new_tokens)
+            minis = split_mini_batches(batch.num_seqs, self.trainer_cfg.mini_batches, self.generator)
+            minis += [[] for _ in range(self._most(len(minis)) - len(minis))]  # the same steps on every rank
+            for mini in minis:
+                # the weights see the whole mini-batch over every rank, skipped sequences included
+                lens = batch.completion_lens[mini]
+                seq_w = self._global_weights(lens)
                 weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
                 plans = self._plan(batch, [i for i in mini if i in computed])
-                for plan in plans:
-                    _accumulate(sums, self._micro_step(batch, plan, weight_of, old_logp, stale, len(plans)))
-                norm = float(batch.completion_lens[mini].sum())
+                passes = self._most(len(plans))
+                num_micro = int(dist.sum([len(plans)])[0]) if dist.enabled else len(plans)
+                for k in range(passes):
+                    self._set_sync(sync_each or k == passes - 1)
+                    if k < len(plans):
+                        _accumulate(sums, self._micro_step(batch, plans[k], weight_of, old_logp, stale, num_micro))
+                    else:
+                        self._idle(grad=True)
+                norm = float(dist.sum([float(lens.sum())])[0])
                 for name, (s, c) in apply_extra_terms(context, batch, mini, norm).items():
                     prev = terms.get(name)
                     terms[name] = (s, c) if prev is None else (prev[0] + s, prev[1] + c)
                 grad_norms.append(self._optimizer_step())
         total = float(batch.completion_lens.sum())
         skipped = total - float(batch.completion_lens[sorted(computed)].sum()) if computed else total
+        sums = self._reduce(sums)
         sums.setdefault("loss", torch.zeros(()))
         tokens = sums.pop("tokens", torch.zeros(())).clamp_min(1.0)
         loss = sums.pop("loss") / len(grad_norms)  # the objective of each optimizer step, averaged
         out = {k: (v if k.endswith("_max") else v / tokens) for k, v in sums.items()}
-        out |= {name: s / c.clamp_min(1.0) for name, (s, c) in terms.items()}  # per token of the term
+        for name, (s, c) in self._reduce_terms(terms).items():
+            out[name] = s / c.clamp_min(1.0)  # per token of the term
+        skipped, total = (float(x) for x in dist.sum([skipped, total]))
         out["loss"] = loss
         out["grad_norm"] = torch.stack(grad_norms).mean()
         out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
@@ -183,6 +242,40 @@ class PolicyUpdater:
         out["update/optimizer_skipped"] = torch.tensor(0.0)
         out["timing_s/old_logprob"] = old_s
         return out
+
+    # ---------------------------------------------------------------- across ranks
+    def _global_weights(self, lens: torch.Tensor) -> torch.Tensor:
+        """This rank's sequence weights, computed over the mini-batch's lengths on every rank."""
+        if not self.dist.enabled:
+            return sequence_weights(lens, self.loss_cfg.aggregation, self.max_new_tokens)
+        every = self.dist.gather(lens.tolist())
+        start = sum(len(x) for x in every[: self.dist.rank])
+        all_lens = torch.tensor([n for x in every for n in x], dtype=lens.dtype)
+        return sequence_weights(all_lens, self.loss_cfg.aggregation, self.max_new_tokens)[start : start + len(lens)]
+
+    def _set_sync(self, sync: bool) -> None:
+        """Reduce-scatter gradients on this backward (FSDP2), or keep accumulating them locally."""
+        if self.dist.enabled:
+            accumulate(self.policy, last=sync)
+
+    def _reduce(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Token-weighted sums add up over ranks; `*_max` entries take the maximum."""
+        if not self.dist.enabled:
+            return sums
+        merged: dict[str, torch.Tensor] = {}
+        for part in self.dist.gather({k: v.detach().double().cpu() for k, v in sums.items()}):
+            _accumulate(merged, part)
+        return {k: v.float() for k, v in merged.items()}
+
+    def _reduce_terms(self, terms):
+        if not self.dist.enabled:
+            return terms
+        merged: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for part in self.dist.gather({k: (s.double().cpu(), c.double().cpu()) for k, (s, c) in terms.items()}):
+            for k, (s, c) in part.items():
+                prev = merged.get(k)
+                merged[k] = (s, c) if prev is None else (prev[0] + s, prev[1] + c)
+        return {k: (s.float(), c.float()) for k, (s, c) in merged.items()}
 
     def signal_free(self, batch: TrainBatch) -> bool:
         """True when the batch's gradient is exactly 0: every advantage is 0 and no term (KL, entropy
@@ -198,7 +291,7 @@ class PolicyUpdater:
         return [i for i in range(batch.num_seqs) if float(batch.advantages[i]) != 0.0]
 
     def _micro_step(self, batch, plan, weight_of, old_logp, stale, num_micro):
-        mb = self._hidden(self.model, batch, plan)
+        mb, weight = self._hidden(None, batch, plan)
         device = mb.hidden.device
         lens = batch.completion_lens[plan]
         w = torch.repeat_interleave(torch.tensor([weight_of[i] for i in plan], dtype=torch.float64), lens)
@@ -216,11 +309,10 @@ class PolicyUpdater:
         is_w = self._policy_weights(batch, plan, old, sampler)
         ref = None
         if self.loss_cfg.beta > 0:
-            ref_all = self.logprobs(self.ref_model, batch, plan)
+            ref_all = self.logprobs(self.ref_model, batch, plan)  # the reference is not sharded
             ref = torch.cat([ref_all[i] for i in plan]).to(device)
         w, adv, sampler, old = (t.to(device=device, dtype=torch.float32) for t in (w, adv, sampler, old))
         is_w = is_w.to(device) if is_w is not None else None
-        weight = self.model.get_output_embeddings().weight
         # fp32 logits inside the op: bf16 logits put a 3-6% error into the ratio (research/kernels.md)
         with torch.autocast(device.type, enabled=False):
             out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
@@ -259,14 +351,11 @@ class PolicyUpdater:
             if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
         params = [p for p in self.model.parameters() if p.grad is not None]
-        if self.optim_cfg.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, self.optim_cfg.grad_clip)
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])) if params else torch.zeros(())
+        norm = global_grad_norm(params, self.optim_cfg.grad_clip)  # over every rank's shards
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return norm.detach().float().cpu()
+        return norm
 
 
 def _moved(batch: TrainBatch, i: int) -> bool:

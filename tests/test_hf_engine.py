@@ -115,7 +115,7 @@ def test_merged_requests_give_what_separate_calls_give(model, tok, prompts):
     assert [len(g) for g in merged[1]] == [2]
     for x, y in zip(merged[0][0], separate[0][0]):
         assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
-    with pytest.raises(ValueError, match="may differ in n and seed"):
+    with pytest.raises(ValueError, match="may differ in n, seed and keys"):
         eng.generate_many([(prompts, a), (prompts, SamplingParams(n=2, max_new_tokens=7, seed=3))])
 
 

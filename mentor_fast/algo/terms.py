@@ -31,10 +31,24 @@ class TermKind(StrEnum):
 
 @dataclass
 class TermContext:
-    """What a term may use: the policy and the temperature its log-probs are taken at."""
+    """What a term may use: the policy and the temperature its log-probs are taken at.
+
+    forward(fn, *args) runs fn(model, *args) as the policy's forward (under FSDP2 that gathers the
+    parameters; the default calls fn directly). idle(grad) is one empty pass for a rank that has
+    fewer term items than another, so every rank makes the same collectives (update.py)."""
 
     model: torch.nn.Module
     temperature: float
+    forward: Callable[..., object] | None = None
+    idle: Callable[[bool], None] | None = None
+    count: Callable[[int], int] | None = None  # local item count -> the most any rank has
+
+    def run(self, fn, *args):
+        return self.forward(fn, *args) if self.forward is not None else fn(self.model, *args)
+
+
+def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    return model(input_ids=ids).logits
 
 
 # (context, batch, [(sequence index, its term)], normaliser) -> {metric: (sum, count)}
@@ -51,7 +65,7 @@ def distill_forward_kl(ctx: TermContext, batch, items: list[tuple[int, ExtraTerm
         for name, prompt in (("teacher", r.behaviour_prompt_ids or r.prompt_ids), ("student", list(term.context))):
             with torch.set_grad_enabled(name == "student"):
                 ids = torch.tensor([prompt + completion], device=device)
-                logits = ctx.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+                logits = ctx.run(_logits, ids)[0, len(prompt) - 1 : -1].float()
                 logp[name] = torch.log_softmax(logits / ctx.temperature, -1)
         kl = (logp["teacher"].exp() * (logp["teacher"] - logp["student"])).sum()
         (term.coef * kl / norm).backward()
@@ -60,15 +74,29 @@ def distill_forward_kl(ctx: TermContext, batch, items: list[tuple[int, ExtraTerm
     return {"mentor/distill_kl": (total, torch.tensor(float(tokens)))}
 
 
-EXTRA_TERMS: dict[TermKind, TermFn] = {TermKind.DISTILL: distill_forward_kl}
+@dataclass(frozen=True)
+class Term:
+    fn: TermFn
+    passes: tuple[bool, ...]  # the policy passes one item makes, in order (True: with gradient)
+
+
+EXTRA_TERMS: dict[TermKind, Term] = {TermKind.DISTILL: Term(distill_forward_kl, passes=(False, True))}
 
 
 def apply_extra_terms(ctx: TermContext, batch, seqs: list[int], norm: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Every extra term carried by the sequences `seqs` (in their order), kind by kind."""
+    """Every extra term carried by the sequences `seqs` (in their order), kind by kind in registry
+    order. With other ranks (`ctx.count`), a rank with fewer items of a kind makes the passes of
+    the missing ones empty (`ctx.idle`)."""
     items = [(i, term) for i in seqs for term in batch.rollouts[i].extra_terms]
     out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    for kind in dict.fromkeys(term.kind for _, term in items):
-        for name, (s, c) in EXTRA_TERMS[TermKind(kind)](ctx, batch, [x for x in items if x[1].kind == kind], norm).items():
-            prev = out.get(name)
-            out[name] = (s, c) if prev is None else (prev[0] + s, prev[1] + c)
+    for kind, entry in EXTRA_TERMS.items():
+        mine = [x for x in items if x[1].kind == kind]
+        most = ctx.count(len(mine)) if ctx.count is not None else len(mine)
+        if mine:
+            for name, (s, c) in entry.fn(ctx, batch, mine, norm).items():
+                prev = out.get(name)
+                out[name] = (s, c) if prev is None else (prev[0] + s, prev[1] + c)
+        for _ in range(most - len(mine)):
+            for grad in entry.passes:
+                ctx.idle(grad)
     return out

@@ -7,6 +7,7 @@ from mentor_fast.config.schema import (
     AgentsConfig,
     ConfigError,
     DataConfig,
+    DistConfig,
     LossConfig,
     MentorConfig,
     MentorLossConfig,
@@ -21,7 +22,7 @@ from mentor_fast.config.schema import (
 )
 
 __all__ = [
-    "AdvantageConfig", "AgentsConfig", "ConfigError", "DataConfig", "LossConfig", "MentorConfig",
+    "AdvantageConfig", "AgentsConfig", "ConfigError", "DataConfig", "DistConfig", "LossConfig", "MentorConfig",
     "MentorLossConfig", "ModelConfig", "OptimConfig", "RerollConfig", "RewardConfig", "RolloutConfig", "RunConfig",
     "TrainerConfig", "TriggerConfig", "load_config", "save_config", "to_dict", "validate",
 ]

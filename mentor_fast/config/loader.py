@@ -213,6 +213,7 @@ def validate(cfg: RunConfig) -> None:
         (cfg.trainer.mini_batches >= 1, "trainer.mini_batches must be >= 1"),
         (cfg.trainer.ppo_epochs >= 1, "trainer.ppo_epochs must be >= 1"),
         (cfg.trainer.max_steps >= 0, "trainer.max_steps must be >= 0"),
+        (cfg.dist.timeout_s > 0, "dist.timeout_s must be > 0"),
         (m.trigger.start_level in (1, 2, 3), "mentor.trigger.start_level must be 1, 2 or 3"),
         (m.reroll.count >= 1 and m.reroll.max_rounds >= 1, "mentor.reroll.count and max_rounds must be >= 1"),
         (m.loss.shaping_gamma > 0, "mentor.loss.shaping_gamma must be > 0"),

@@ -344,6 +344,18 @@ class MentorConfig:
 
 
 @dataclass
+class DistConfig:
+    """Training across ranks: `torchrun --nproc-per-node N -m mentor_fast train ...` or
+    `mentor-fast train --nproc N` (mentor_fast/dist.py). Read only when there are several ranks."""
+
+    timeout_s: float = 600.0
+    """Collective timeout in seconds: a rank that hangs or dies stops the whole run within this."""
+    param_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Compute dtype of FSDP2's gathered parameters ("auto": bfloat16 when model.autocast_bf16,
+    else float32). Master weights, AdamW states and the gradient reduction stay fp32."""
+
+
+@dataclass
 class RunConfig:
     output_dir: str = "runs/default"
     """Run folder: resolved config, metrics.jsonl, TensorBoard events, checkpoints, report.png."""
@@ -358,3 +370,4 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     mentor: MentorConfig = field(default_factory=MentorConfig)
+    dist: DistConfig = field(default_factory=DistConfig)

@@ -13,6 +13,13 @@ t+1's own failures go to the background. Hints whose failed rollouts are more th
 `mentor.reroll.max_staleness` versions old are dropped (mentor/stale_dropped). A checkpoint
 keeps the hints in flight, their step's plan and the backend's counts, so a resumed run logs
 what the uninterrupted one would.
+
+Across ranks (mentor_fast/dist.py) each rank writes the hints for, and re-rolls, the all-fail
+groups it holds, with its own backend (the reference backend needs nothing else; `self` writes
+with the rank's own engine). What must agree is global: the scheduler sees every rank's groups
+(summaries), so the collapse detector reads the step's all-fail fraction over all ranks and the
+budget is a share of all the step's groups; the outcomes each rank records are exchanged, so the
+scheduler's memory is the same everywhere; mentor.jsonl rows are gathered to rank 0.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from mentor_fast.config import MentorConfig
+from mentor_fast.dist import Dist
 from mentor_fast.mentor.pipeline import Intervention, Mentor, MentorOutcome, RerollRequest
 from mentor_fast.method import RolloutPlan
-from mentor_fast.types import Group, Problem, Rollout, Sample
+from mentor_fast.types import Group, GroupSummary, Problem, Rollout, Sample
 
 
 @dataclass
@@ -57,13 +65,17 @@ class MentorMethod:
 
     engine: the rollout engine (`generate_many`); score: fills reward/correct of rollouts in place;
     sampling(step, stream): the step's sampling parameters (stream 1: re-rolls);
-    num_generations: G (the shared budget skips whole prompts of G rows); dump_path: mentor.jsonl.
+    num_generations: G (the shared budget skips whole prompts of G rows); dump_path: mentor.jsonl
+    (written by rank 0); dist: the ranks.
     """
 
     def __init__(self, cfg: MentorConfig, mentor: Mentor, engine, score: Callable[[list[Rollout]], Any],
-                 sampling: Callable[[int, int], Any], num_generations: int, dump_path: Path | None = None):
+                 sampling: Callable[[int, int], Any], num_generations: int, dump_path: Path | None = None,
+                 dist: Dist | None = None):
         self.cfg, self.mentor, self.engine, self.score, self.sampling = cfg, mentor, engine, score, sampling
         self.num_generations, self.dump_path = num_generations, dump_path
+        self.dist = dist or Dist()
+        self._rows: list[dict] = []  # this step's mentor.jsonl rows
         # backend=self writes hints with the policy itself, so it cannot run beside the update.
         self._pool = (ThreadPoolExecutor(1, thread_name_prefix="mentor")
                       if cfg.async_ and cfg.agents.backend != "self" else None)
@@ -91,8 +103,11 @@ class MentorMethod:
                     version: int) -> tuple[list[Group], dict[str, float]]:
         metrics: dict[str, float] = {}
         if not self.cfg.async_:
-            out = self.mentor.intervene(groups, step, self._generate, self.score, self.sampling(step, 1), version)
+            out = self.mentor.intervene(groups, step, self._generate, self.score, self.sampling(step, 1), version,
+                                        everyone=self._everyone(groups))
             self._record(out, metrics)
+            self.mentor.scheduler.exchange(self.dist)
+            self._flush_rows()
             metrics["mentor/hinted_step"] = float(step)
             return out.groups, metrics
         carried: list[Group] = []
@@ -109,13 +124,22 @@ class MentorMethod:
             metrics["mentor/overlap_frac"] = max(0.0, 1.0 - r.wait_s / latency) if latency > 0 else 1.0
         metrics["off_policy/max_lag"] = float(max(
             (version - ro.policy_version for g in carried for ro in g.rollouts), default=0))
+        self.mentor.scheduler.exchange(self.dist)  # every rank's outcomes before the next plan
+        self._flush_rows()
+        plan = self.mentor.plan(groups, step, self._everyone(groups))  # here: it may gather across ranks
         if self._pool is not None:
-            future = self._pool.submit(self.mentor.write_hints, groups, step)
+            future = self._pool.submit(self.mentor.write_hints, groups, step, plan)
         else:  # backend=self: written now, on the trainer's thread
             future = Future()
-            future.set_result(self.mentor.write_hints(groups, step))
+            future.set_result(self.mentor.write_hints(groups, step, plan))
         self._pending = _Pending(future, groups, step)
         return groups + carried, metrics
+
+    def _everyone(self, groups: list[Group]) -> list[GroupSummary] | None:
+        """Every rank's groups, in rank order, for the scheduler (None on one rank)."""
+        if not self.dist.enabled:
+            return None
+        return [s for part in self.dist.gather([GroupSummary.of(g) for g in groups]) for s in part]
 
     def _take(self, version: int, metrics: dict) -> _Riding | None:
         """The hints written for the last step's failures (waiting for them if need be), with their
@@ -127,7 +151,7 @@ class MentorMethod:
         t0 = time.perf_counter()
         interventions = p.future.result(timeout=self.cfg.agents.timeout_s)
         wait_s = time.perf_counter() - t0
-        lag = version - min(r.policy_version for g in p.groups for r in g.rollouts)
+        lag = version - min((r.policy_version for g in p.groups for r in g.rollouts), default=version)
         if lag > self.cfg.reroll.max_staleness:  # too old to learn from on-policy: drop, and say so
             metrics["mentor/stale_dropped"] = float(len(interventions))
             self.mentor.drop_pending(p.step)
@@ -141,9 +165,16 @@ class MentorMethod:
 
     def _record(self, out: MentorOutcome, metrics: dict) -> None:
         metrics.update(out.metrics)
-        if out.dump_rows and self.dump_path is not None:
+        self._rows.extend(out.dump_rows)
+
+    def _flush_rows(self) -> None:
+        """Append the step's mentor.jsonl rows (every rank's, on rank 0; every rank calls this)."""
+        rows, self._rows = self._rows, []
+        if self.dist.enabled:
+            rows = [r for part in self.dist.gather(rows) for r in part]
+        if rows and self.dump_path is not None and self.dist.is_main:
             with self.dump_path.open("a") as f:
-                for row in out.dump_rows:
+                for row in rows:
                     f.write(json.dumps(row, default=str) + "\n")
 
     # ---------------------------------------------------------------- checkpoints
@@ -165,6 +196,21 @@ class MentorMethod:
             done.set_result(pending["interventions"])
             self._pending = _Pending(done, pending["groups"], pending["step"])
             self.mentor.restore_pending(pending["step"], pending)
+
+    def regroup(self, states: list[dict[str, Any] | None], holds: Callable[[int], bool]) -> dict[str, Any] | None:
+        """Every rank's saved state -> this rank's on another number of ranks: the scheduler's
+        (the same on every rank) and the hints in flight for the groups this rank now holds. The
+        pending step's plan is rank 0's (its global fields are the same on every rank)."""
+        states = [s for s in states if s is not None]
+        if not states:
+            return None
+        pending = [s["pending"] for s in states if s.get("pending") is not None]
+        merged = None
+        if pending:
+            merged = {**pending[0],
+                      "interventions": [iv for p in pending for iv in p["interventions"] if holds(iv.group.group_id)],
+                      "groups": [g for p in pending for g in p["groups"] if holds(g.group_id)]}
+        return {"mentor": states[0]["mentor"], "pending": merged}
 
     def close(self) -> None:
         if self._pool is not None:

@@ -22,7 +22,7 @@ from mentor_fast.mentor.guard import LeakGuard
 from mentor_fast.mentor.reference import ReferenceMentor
 from mentor_fast.mentor.report import dump_row, step_metrics
 from mentor_fast.mentor.scheduler import MAX_LEVEL, Scheduler, StepPlan
-from mentor_fast.types import ExtraTerm, Group, Hint, Rollout, Sample, TokenWeighting
+from mentor_fast.types import ExtraTerm, Group, GroupSummary, Hint, Rollout, Sample, TokenWeighting
 
 GenerateFn = Callable[[list[list[int]], Any], list[list[Sample]]]  # (prompts, SamplingParams) -> [B][n]
 ScoreFn = Callable[[list[Rollout]], Any]  # fills reward / correct / verifier_note in place
@@ -137,11 +137,24 @@ class Mentor:
         return cls(cfg, backend, builder, seed=seed, **kwargs)
 
     # ------------------------------------------------------------ hints
-    def write_hints(self, groups: list[Group], step: int) -> list[Intervention]:
-        """Pass every scored group of the step (the scheduler observes them all); returns one
-        Intervention per selected all-fail group, with a guarded hint or a reason for none."""
+    def plan(self, groups: list[Group], step: int, everyone: list[GroupSummary] | None = None) -> StepPlan:
+        """The scheduler's pick among the step's groups. Across ranks `everyone` is every rank's
+        groups (the scheduler observes them all, the same way on every rank) and the plan keeps
+        the selected groups of this rank's `groups`."""
+        if everyone is None:
+            return self.scheduler.plan(groups, step)
+        plan = self.scheduler.plan(everyone, step)
+        mine = {g.group_id: g for g in groups}
+        plan.selected_total = len(plan.selected)
+        plan.selected = [(mine[s.group_id], level) for s, level in plan.selected if s.group_id in mine]
+        return plan
+
+    def write_hints(self, groups: list[Group], step: int, plan: StepPlan | None = None) -> list[Intervention]:
+        """Pass every scored group of the step (the scheduler observes them all), or the step's
+        `plan` made already; returns one Intervention per selected all-fail group, with a guarded
+        hint or a reason for none."""
         t0 = time.monotonic()
-        plan = self.scheduler.plan(groups, step)
+        plan = plan if plan is not None else self.scheduler.plan(groups, step)
         ivs = [
             Intervention(
                 g,
@@ -250,8 +263,10 @@ class Mentor:
     def _request(self, active: list[Intervention], params: Any, rnd: int) -> RerollRequest:
         prompts = {id(iv): self._encode(iv) for iv in active}
         active = [iv for iv in active if prompts[id(iv)] is not None]
+        # streams keyed by group id: a group re-rolls the same on whichever rank holds it
         round_params = dataclasses.replace(
-            params, n=self._rerolls_per_round(active), seed=params.seed + 10_007 * (rnd + 1)
+            params, n=self._rerolls_per_round(active), seed=params.seed + 10_007 * (rnd + 1),
+            keys=tuple(iv.group.group_id for iv in active),
         )
         return RerollRequest(active, [prompts[id(iv)] for iv in active], round_params)
 
@@ -373,9 +388,10 @@ class Mentor:
         score_fn: ScoreFn,
         params: Any,
         policy_version: int | None = None,
+        everyone: list[GroupSummary] | None = None,
     ) -> MentorOutcome:
-        """The synchronous MENTOR step: write_hints + reroll + finish."""
-        ivs = self.write_hints(groups, step)
+        """The synchronous MENTOR step: plan + write_hints + reroll + finish."""
+        ivs = self.write_hints(groups, step, self.plan(groups, step, everyone))
         self.reroll(ivs, generate_fn, score_fn, params, policy_version)
         return self.finish(groups, ivs, step)
 

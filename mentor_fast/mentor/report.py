@@ -25,6 +25,7 @@ def step_metrics(plan: StepPlan | None, ivs: list, out: list[Group], graduations
         "mentor/leak_rejects": sum(rejects.values()),
         "mentor/graduations": graduations,
         "groups/all_fail_frac_after_mentor": sum(g.all_fail for g in out) / len(out) if out else 0.0,
+        "mentor/assembled_groups": len(out),
         "mentor/garbage": sum(iv.garbage for iv in ivs),
         "mentor/no_hint": len(no_hint),
         "mentor/collapse_event": float(plan.collapse_event) if plan else 0.0,

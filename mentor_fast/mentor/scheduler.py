@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mentor_fast.config import TriggerConfig
-from mentor_fast.types import Group
+from mentor_fast.types import Group, GroupSummary
 
 MIN_LEVEL, MAX_LEVEL = 1, 3
 
@@ -88,10 +88,11 @@ class StepPlan:
     selected: list[tuple[Group, int]]  # (group, starting level), in priority order
     latency_s: float = 0.0  # filled by the pipeline: time spent writing this step's hints
     reroll_s: float = 0.0  # filled by the pipeline: time spent generating and scoring re-rolls
+    selected_total: int | None = None  # across ranks: selected on every rank (`selected` is this rank's)
 
     @property
     def over_budget(self) -> int:
-        return self.eligible - len(self.selected)
+        return self.eligible - (len(self.selected) if self.selected_total is None else self.selected_total)
 
 
 class Scheduler:
@@ -105,29 +106,32 @@ class Scheduler:
         )
         self.memory: dict[str, ProblemRecord] = {}
         self.graduations = 0
+        self.journal: list[tuple[str, bool, int | None, str]] = []  # records not yet exchanged
         self._lock = (
             threading.Lock()
         )  # plan() may run in the mentor thread while record() runs in the trainer's
 
-    def plan(self, groups: list[Group], step: int) -> StepPlan:
-        """Observe a step's scored groups (call it every step) and pick the groups to help."""
+    def plan(self, groups: list[Group | GroupSummary], step: int) -> StepPlan:
+        """Observe a step's scored groups (call it every step) and pick the groups to help.
+        Across ranks every rank passes every rank's groups (summaries), so the scheduler's state
+        stays the same everywhere; each rank then takes the selected groups it holds."""
         with self._lock:
             z = sum(g.all_fail for g in groups) / len(groups) if groups else 0.0
             event = self.detector.update(z, step)
             surge = self.detector.surge_active(step)
             for g in groups:
                 self._observe(g, step)
-            eligible = [g for g in groups if g.rollouts and g.all_fail]
+            eligible = [g for g in groups if g.size and g.all_fail]
             frac = self.cfg.surge_groups_frac if surge else self.cfg.max_groups_frac
             cap = math.ceil(frac * len(groups) - 1e-9) if (surge or step >= self.exempt_steps) else 0
-            eligible.sort(key=lambda g: (-self.memory[g.problem.id].streak, self._tiebreak(step, g)))
-            selected = [(g, self._start_level(g.problem.id)) for g in eligible[:cap]]
+            eligible.sort(key=lambda g: (-self.memory[g.problem_id].streak, self._tiebreak(step, g)))
+            selected = [(g, self._start_level(g.problem_id)) for g in eligible[:cap]]
             return StepPlan(step, len(groups), z, event, surge, cap, len(eligible), selected)
 
-    def _observe(self, g: Group, step: int) -> None:
-        rec = self.memory.get(g.problem.id)
+    def _observe(self, g: Group | GroupSummary, step: int) -> None:
+        rec = self.memory.get(g.problem_id)
         if g.all_fail:
-            rec = rec or self.memory.setdefault(g.problem.id, ProblemRecord())
+            rec = rec or self.memory.setdefault(g.problem_id, ProblemRecord())
             if rec.last_step != step:  # the same problem twice in one batch is one observation
                 rec.streak += 1
         elif rec is not None:
@@ -139,9 +143,9 @@ class Scheduler:
         if rec is not None:
             rec.last_step = step
 
-    def _tiebreak(self, step: int, g: Group) -> bytes:
+    def _tiebreak(self, step: int, g: Group | GroupSummary) -> bytes:
         return hashlib.blake2b(
-            f"{self.seed}:{step}:{g.problem.id}:{g.group_id}".encode(), digest_size=8
+            f"{self.seed}:{step}:{g.problem_id}:{g.group_id}".encode(), digest_size=8
         ).digest()
 
     def _start_level(self, problem_id: str) -> int:
@@ -158,11 +162,28 @@ class Scheduler:
     def record(self, problem_id: str, *, rescued: bool, level: int | None, hint: str = "") -> None:
         """The outcome of an intervention: `level` is the level whose hint rescued the problem."""
         with self._lock:
-            rec = self.memory.setdefault(problem_id, ProblemRecord())
-            if rescued:
-                rec.rescued, rec.level = True, level
-            if hint:
-                rec.hints = [*rec.hints, hint][-self.keep_hints :]
+            self._apply(problem_id, rescued, level, hint)
+            self.journal.append((problem_id, rescued, level, hint))
+
+    def _apply(self, problem_id: str, rescued: bool, level: int | None, hint: str) -> None:
+        rec = self.memory.setdefault(problem_id, ProblemRecord())
+        if rescued:
+            rec.rescued, rec.level = True, level
+        if hint:
+            rec.hints = [*rec.hints, hint][-self.keep_hints :]
+
+    def exchange(self, dist) -> None:
+        """Apply the outcomes the other ranks recorded since the last exchange (in rank order), so
+        every rank's memory is the one a single process would hold. Call before each `plan`."""
+        with self._lock:
+            mine, self.journal = self.journal, []
+        if not dist.enabled:
+            return
+        for rank, records in enumerate(dist.gather(mine)):
+            if rank != dist.rank:
+                with self._lock:
+                    for r in records:
+                        self._apply(*r)
 
     def state_dict(self) -> dict[str, Any]:
         with self._lock:

@@ -10,13 +10,15 @@ from mentor_fast.rollout.base import EngineError, RolloutEngine, SamplingParams
 __all__ = ["EngineError", "RolloutEngine", "SamplingParams", "make_engine"]
 
 
-def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: str, seed: int) -> RolloutEngine:
-    """The HF engine shares the trainer's module in-process; vLLM loads `model_path` in its own
-    engine and receives weights after every optimizer step."""
+def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: str, seed: int,
+                owns_weights: bool = False) -> RolloutEngine:
+    """The HF engine shares the trainer's module in-process (or, `owns_weights`, decodes from a copy
+    of its own that each sync overwrites); vLLM loads `model_path` in its own engine and receives
+    weights after every optimizer step."""
     if cfg.engine == "hf":
         from mentor_fast.rollout.hf import HFEngine
 
-        return HFEngine(model, tokenizer, cfg)
+        return HFEngine(model, tokenizer, cfg, owns_weights=owns_weights)
     from mentor_fast.rollout.vllm import VLLMEngine  # the only module that imports vllm
 
     return VLLMEngine(model_path, tokenizer, cfg, dtype=dtype, seed=seed)

@@ -20,6 +20,12 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0  # engines derive per-(context, sample) seeds from this
     greedy: bool = False  # temperature 0; n must be 1
+    keys: tuple[int, ...] | None = None
+    """Each prompt's stream key, in place of its position in the call: the trainer passes global
+    prompt indices (and the mentor group ids), so a prompt samples the same on any number of ranks."""
+
+    def key(self, i: int) -> int:
+        return self.keys[i] if self.keys is not None else i
 
 
 @runtime_checkable
@@ -79,6 +85,8 @@ def check_request(prompts: list[list[int]], params: SamplingParams, max_context_
     """Shared request validation: engines never truncate a prompt or silently change n."""
     if params.n < 1:
         raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+    if params.keys is not None and len(params.keys) != len(prompts):
+        raise ValueError(f"SamplingParams.keys has {len(params.keys)} entries for {len(prompts)} prompts")
     if params.greedy and params.n != 1:
         raise ValueError(f"greedy decoding gives one sample per prompt; got n={params.n}")
     if not params.greedy and not (params.temperature > 0 and 0 < params.top_p <= 1):
@@ -96,10 +104,10 @@ def check_request(prompts: list[list[int]], params: SamplingParams, max_context_
 
 
 def check_mergeable(requests: list[Request]) -> None:
-    """Requests served by one decode loop may differ in n and seed only."""
+    """Requests served by one decode loop may differ in n, seed and keys only."""
     shared = {(p.max_new_tokens, p.temperature, p.top_p, p.greedy) for _, p in requests}
     if len(shared) > 1:
         raise ValueError(
             "requests merged into one generate call must share max_new_tokens, temperature, top_p and "
-            f"greedy (they may differ in n and seed); got {sorted(shared)}"
+            f"greedy (they may differ in n, seed and keys); got {sorted(shared)}"
         )

@@ -139,12 +139,16 @@ class _Horizon:
 
 
 class HFEngine:
-    """RolloutEngine on transformers, sharing the trainer's policy module (no weight copies)."""
+    """RolloutEngine on transformers, sharing the trainer's policy module (no weight copies), or
+    with `owns_weights` decoding from a module of its own (across ranks, where the trainer's is
+    sharded): each sync copies the trainer's whole tensors into it in place."""
 
     supports_horizon = True
 
-    def __init__(self, model: torch.nn.Module, tokenizer, cfg: RolloutConfig, gqa_attention: bool = True):
+    def __init__(self, model: torch.nn.Module, tokenizer, cfg: RolloutConfig, gqa_attention: bool = True,
+                 owns_weights: bool = False):
         self._model = model
+        self._owns = owns_weights
         self._tokenizer = tokenizer
         self._cfg = cfg
         self._gqa_attention = gqa_attention
@@ -160,8 +164,18 @@ class HFEngine:
     def max_context_tokens(self) -> int:
         return int(self._model.config.max_position_embeddings)
 
-    def update_weights(self, model: torch.nn.Module, version: int) -> None:
-        self._model = model  # same process, same tensors: nothing to copy
+    def update_weights(self, model, version: int) -> None:
+        """model: the trainer's module, or anything whose `state_dict()` holds its whole tensors
+        (sharding.FullWeights: gathered on this rank's device)."""
+        if not self._owns:
+            self._model = model  # same process, same tensors: nothing to copy
+        else:
+            own = self._model.state_dict()
+            with torch.no_grad():
+                for name, t in model.state_dict().items():
+                    if name not in own or own[name].shape != t.shape:
+                        raise EngineError(f"weight sync: {name} {tuple(t.shape)} does not match the engine's copy")
+                    own[name].copy_(t)
         self._version = version
 
     def close(self) -> None:
@@ -208,7 +222,7 @@ class HFEngine:
                 size = max(1, self._cfg.hf_batch_size)
                 for start in range(0, len(rows), size):
                     chunk = rows[start : start + size]
-                    seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, i, j))
+                    seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, requests[k][1].key(i), j))
                             for k, i, j in chunk]
                     for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared, cap)):
                         out[k][i][j] = sample

@@ -342,7 +342,7 @@ class VLLMEngine:
             n=params.n, max_tokens=params.max_new_tokens, logprobs=0,
             temperature=0.0 if params.greedy else params.temperature,
             top_p=1.0 if params.greedy else params.top_p,
-            seed=row_seed(params.seed, prompt_index, 0) >> 3,
+            seed=row_seed(params.seed, params.key(prompt_index), 0) >> 3,
             stop_token_ids=self._stop_ids, detokenize=False,
         )
 
