@@ -1,0 +1,135 @@
+"""The code sandbox against hostile programs and honest ones (mentor_fast/rewards/sandbox.py, code.py).
+
+Every hostile program must not pass, must come back within its timeout + 10 s, must leave no file,
+process or connection behind, and must leave the caller alive."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from mentor_fast.rewards import sandbox
+from mentor_fast.rewards.code import run_tests
+
+TIMEOUT = 3.0
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "mentor-fast-test-secret-8f3a"
+
+
+def _harness_processes() -> list[int]:
+    """Live processes running the sandbox's harness (what a leak would leave)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"report_fd" in cmd and int(pid) != os.getpid():
+                out.append(int(pid))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _namespaces():
+    found, _, why = sandbox.detect()
+    assert found is sandbox.Isolation.NAMESPACES, f"namespace isolation must work on this machine: {why}"
+
+
+HOSTILE = {
+    "sys_exit_before_tests": "import sys\nsys.exit(0)",
+    "os_exit_before_tests": "import os\nos._exit(0)",
+    "busy_loop_ignoring_signals": ("import signal\nfor s in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT):\n"
+                                   "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass"),
+    "memory_bomb": "x = []\nwhile True:\n    x.append(bytearray(64 << 20))",
+    "write_into_the_project": f"open({str(ROOT / 'SANDBOX_ESCAPE')!r}, 'w').write('x')",
+    "write_into_system_temp": f"open({tempfile.gettempdir()!r} + '/SANDBOX_ESCAPE', 'w').write('x')\nraise SystemExit",
+    "connect_to_localhost": ("import socket\ns = socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
+                             "s.sendall(b'hello')"),
+    "read_a_secret_from_the_environment": f"import os\nassert os.environ['MF_SECRET'] == {SECRET!r}",
+    "fork_storm": "import os\nwhile True:\n    os.fork()",
+    "setsid_daemon": ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n    "
+                      f"open({str(ROOT / 'SANDBOX_DAEMON')!r}, 'w')\nelse:\n    raise SystemExit(0)"),
+    "gigabytes_of_output": "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)",
+    "kill_the_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nraise SystemExit",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_program_does_not_pass_and_leaves_nothing(name, monkeypatch):
+    monkeypatch.setenv("MF_SECRET", SECRET)  # in the caller's environment, where a leak would find it
+    before = set(os.listdir(tempfile.gettempdir()))
+    t0 = time.monotonic()
+    result = run_tests(HOSTILE[name], "assert True", TIMEOUT)
+    assert not result.passed, result
+    assert time.monotonic() - t0 < TIMEOUT + 10
+    assert not (ROOT / "SANDBOX_ESCAPE").exists()
+    assert not (ROOT / "SANDBOX_DAEMON").exists()
+    assert "SANDBOX_ESCAPE" not in set(os.listdir(tempfile.gettempdir())) - before
+    assert _harness_processes() == []  # nothing it started outlives the call
+    assert SECRET not in result.stdout + result.stderr + result.message
+
+
+def test_what_the_hostile_programs_run_into():
+    """The statuses say why: a fake exit is not a pass, a loop times out, the output cap kills."""
+    expect = {"sys_exit_before_tests": ("error", "SystemExit"), "os_exit_before_tests": ("crashed", ""),
+              "busy_loop_ignoring_signals": ("timeout", ""), "memory_bomb": ("error", "MemoryError"),
+              "write_into_the_project": ("error", "OSError"), "connect_to_localhost": ("error", "OSError"),
+              "read_a_secret_from_the_environment": ("error", "KeyError"), "gigabytes_of_output": ("crashed", "")}
+    for name, (status, exc) in expect.items():
+        r = run_tests(HOSTILE[name], "assert True", TIMEOUT)
+        assert (r.status, r.exception) == (status, exc), (name, r)
+    assert "Read-only file system" in run_tests(HOSTILE["write_into_the_project"], "", TIMEOUT).message
+    assert "unreachable" in run_tests(HOSTILE["connect_to_localhost"], "", TIMEOUT).message
+    assert "cap" in run_tests(HOSTILE["gigabytes_of_output"], "", TIMEOUT).message
+
+
+HONEST = {
+    "stdlib_imports": ("import json, re, math, itertools, collections, fractions, decimal, heapq, bisect, "
+                       "functools, socket, sqlite3\ndef f():\n    return json.dumps(sorted({3, 1, 2}))"),
+    "deep_recursion": ("import sys\nsys.setrecursionlimit(20000)\ndef depth(n):\n    return 0 if n == 0 else "
+                       "1 + depth(n - 1)\ndef f():\n    return depth(5000)"),
+    "a_tempfile": ("import tempfile\ndef f():\n    with tempfile.TemporaryFile() as t:\n        t.write(b'abc')\n"
+                   "        t.seek(0)\n        return t.read()"),
+    "seconds_of_cpu": ("import time\ndef f():\n    t = time.process_time()\n    n = 0\n    while time.process_time()"
+                       " - t < 1.0:\n        n += 1\n    return n > 0"),
+    "printing": "def f():\n    for i in range(1000):\n        print('line', i)\n    return True",
+}
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_honest_program_passes(name):
+    r = run_tests(HONEST[name], "assert f()", 10.0)
+    assert r.passed and r.status == "passed", r
+    if name == "printing":
+        assert "line 999" in r.stdout
+
+
+def test_a_failing_test_names_its_line_and_exception():
+    program = "def add(a, b):\n    return a - b\n"
+    tests = "def check(fn):\n    assert fn(1, 1) == 2, 'add(1, 1)'\ncheck(add)\n"
+    r = run_tests(program, tests, 5.0)
+    assert (r.passed, r.status, r.exception, r.message) == (False, "failed", "AssertionError", "add(1, 1)")
+    assert r.test_line == "assert fn(1, 1) == 2, 'add(1, 1)'"
+    assert "AssertionError" in r.traceback
+    r = run_tests("def add(a, b)\n    return a + b\n", tests, 5.0)
+    assert (r.status, r.exception) == ("error", "SyntaxError")
+    r = run_tests("def plus(a, b):\n    return a + b\n", tests, 5.0)
+    assert (r.status, r.exception) == ("error", "NameError") and "add" in r.message
+
+
+def test_fault_injection_no_unshare_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox.detect.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxError, match="no namespace isolation.*reward.code.sandbox=none"):
+            run_tests("x = 1", "", 5.0)
+        r = run_tests("def f():\n    return 1", "assert f() == 1", 5.0, isolation=sandbox.Isolation.NONE)
+        assert r.passed  # asked for explicitly: runs, unisolated
+    finally:
+        monkeypatch.undo()
+        sandbox.detect.cache_clear()
