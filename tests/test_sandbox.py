@@ -133,3 +133,15 @@ def test_fault_injection_no_unshare_is_a_clear_error(monkeypatch):
     finally:
         monkeypatch.undo()
         sandbox.detect.cache_clear()
+
+
+def test_a_batch_runs_in_a_bounded_pool_and_one_hung_program_stalls_nothing():
+    from mentor_fast.rewards.code import run_many
+
+    jobs = [("def f():\n    return 1", "assert f() == 1"), (HOSTILE["busy_loop_ignoring_signals"], "assert True"),
+            ("def f():\n    return 2", "assert f() == 1"), ("def f():\n    return 3", "assert f() == 3")]
+    t0 = time.monotonic()
+    results = run_many(jobs, timeout_s=2.0, workers=2)
+    assert [r.status for r in results] == ["passed", "timeout", "failed", "passed"]
+    assert time.monotonic() - t0 < 2.0 + 5  # the hung program held one slot; the rest ran beside it
+    assert _harness_processes() == []

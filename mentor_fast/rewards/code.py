@@ -8,6 +8,9 @@ other fields are the diagnosis the code mentor reads.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mentor_fast.rewards.sandbox import Isolation, Limits, SandboxRun, run_python
@@ -33,6 +36,17 @@ def run_tests(program: str, tests: str, timeout_s: float, *, limits: Limits | No
               isolation: Isolation = Isolation.NAMESPACES) -> CodeResult:
     run = run_python(program, tests, timeout_s, limits or Limits(), isolation)
     return classify(run)
+
+
+def run_many(jobs: Sequence[tuple[str, str]], timeout_s: float, *, workers: int = 0,
+             limits: Limits | None = None, isolation: Isolation = Isolation.NAMESPACES) -> list[CodeResult]:
+    """(program, tests) pairs -> their results, in order, at most `workers` at a time (0: one per
+    core). Each program has its own wall-clock timeout, so a hung one costs its slot `timeout_s`
+    and stalls nothing else; the batch ends within about ceil(n / workers) timeouts."""
+    workers = workers or os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=min(workers, max(1, len(jobs))), thread_name_prefix="sandbox") as pool:
+        return list(pool.map(lambda job: run_tests(job[0], job[1], timeout_s, limits=limits, isolation=isolation),
+                             jobs))
 
 
 def classify(run: SandboxRun) -> CodeResult:
