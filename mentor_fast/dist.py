@@ -117,15 +117,6 @@ class Dist:
         td.all_gather_object(out, obj, group=self._cpu_group())
         return out
 
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        if not self.enabled:
-            return obj
-        import torch.distributed as td
-
-        box = [obj if self.rank == src else None]
-        td.broadcast_object_list(box, src=src, group=self._cpu_group())
-        return box[0]
-
     def barrier(self) -> None:
         if self.enabled:
             self._all_reduce(torch.zeros(1, dtype=torch.float64), "sum")

@@ -6,7 +6,8 @@ Isolation (`unshare` from util-linux, detected at start; `Isolation.NONE` only w
   unreachable. When the namespace's first process ends, the kernel kills every process in it,
   so nothing the program started (a setsid daemon included) outlives the call.
 - Filesystem: every mount is remounted read-only; /tmp and /dev/shm are fresh tmpfs mounts of the
-  namespace (gone with it), and the program runs in /tmp/work.
+  namespace (gone with it; inside it these names are the namespace's own, not the host's), and
+  the program runs in WORKDIR there.
 - Privileges: the mounts are set up first, then the process gives its privileges up: as host root
   it becomes uid/gid 65534 (with its interpreter's installation bound under /tmp, read-only, in
   case only root could reach it); under an unprivileged user namespace it enters a nested one.
@@ -33,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
+
+WORKDIR = "/tmp/work"  # inside the namespace, on its own tmpfs (see the module docstring)
 
 
 class Isolation(StrEnum):
@@ -94,7 +97,7 @@ if limits["isolate"]:
     mount(b"tmpfs", "/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, size)
     if os.path.isdir("/dev/shm"):
         mount(b"tmpfs", "/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, size)
-    os.mkdir("/tmp/work", 0o1777)
+    os.mkdir(limits["workdir"], 0o1777)
     if os.getuid() == 0 and not limits["in_userns"]:
         # Host root gives its uid up (so RLIMIT_NPROC binds). The interpreter may live where only
         # root can reach it (/root/.pyenv): its installation is bound under /tmp, read-only.
@@ -111,7 +114,7 @@ if limits["isolate"]:
         os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
     elif libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER: no capability over the mounts above
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
-    os.chdir("/tmp/work")
+    os.chdir(limits["workdir"])
 mb = 1 << 20
 for name, value in (("RLIMIT_AS", limits["memory_mb"] * mb), ("RLIMIT_CPU", limits["cpu_s"]),
                     ("RLIMIT_FSIZE", limits["file_mb"] * mb), ("RLIMIT_NPROC", limits["processes"]),
@@ -136,13 +139,13 @@ except BaseException as e:  # SystemExit included: the tests did not run to thei
     verdict = {"passed": False, "stage": stage, "exception": type(e).__name__, "message": str(e)[:500],
                "test_line": line, "traceback": "".join(traceback.format_exception(e))[-2000:]}
 for stream in (sys.stdout, sys.stderr):
-    try:
+    try:  # the program may have closed or replaced them: what it printed is then lost, not the verdict
         stream.flush()
-    except BaseException:
+    except (AttributeError, OSError, ValueError):
         pass
 try:
     report.write(json.dumps(verdict)); report.flush()
-except BaseException:
+except (OSError, ValueError):  # the program closed the verdict pipe: no verdict, counted as crashed
     pass
 os._exit(0)
 '''
@@ -182,7 +185,7 @@ def _launch(prefix: list[str], userns: bool, program: str, tests: str, timeout_s
             limits: Limits) -> SandboxRun:
     spec = {"memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "file_mb": limits.file_mb,
             "processes": limits.processes, "open_files": limits.open_files, "isolate": bool(prefix),
-            "in_userns": userns}
+            "in_userns": userns, "workdir": WORKDIR}
     r, w = os.pipe()
     spec["report_fd"] = w
     t0 = time.monotonic()
