@@ -7,7 +7,8 @@ Isolation (`unshare` from util-linux, detected at start; `Isolation.NONE` only w
   so nothing the program started (a setsid daemon included) outlives the call.
 - Filesystem: every mount is remounted read-only; /tmp and /dev/shm are fresh tmpfs mounts of the
   namespace (gone with it; inside it these names are the namespace's own, not the host's), and
-  the program runs in WORKDIR there.
+  the program runs in WORKDIR there. Whatever lives under the host's /tmp (a checkout, say) is
+  hidden from the program, not just read-only.
 - Privileges: the mounts are set up first, then the process gives its privileges up: as host root
   it becomes uid/gid 65534 (with its interpreter's installation bound under /tmp, read-only, in
   case only root could reach it); under an unprivileged user namespace it enters a nested one.
@@ -94,6 +95,8 @@ if limits["isolate"]:
             if point in ("/", os.path.dirname(os.path.abspath(sys.executable))):
                 raise
     size = ("size=%dm,mode=1777" % (4 * limits["file_mb"])).encode()
+    base = sys.base_prefix
+    base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)  # still reachable if it lives under /tmp
     mount(b"tmpfs", "/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, size)
     if os.path.isdir("/dev/shm"):
         mount(b"tmpfs", "/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, size)
@@ -101,9 +104,8 @@ if limits["isolate"]:
     if os.getuid() == 0 and not limits["in_userns"]:
         # Host root gives its uid up (so RLIMIT_NPROC binds). The interpreter may live where only
         # root can reach it (/root/.pyenv): its installation is bound under /tmp, read-only.
-        base = sys.base_prefix
         os.mkdir("/tmp/.python", 0o755)
-        mount(base.encode(), "/tmp/.python", None, MS_BIND | MS_REC, None)
+        mount(("/proc/self/fd/%d" % base_fd).encode(), "/tmp/.python", None, MS_BIND | MS_REC, None)
         mount(None, "/tmp/.python", None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
         moved = lambda p: p.replace(base, "/tmp/.python", 1) if p.startswith(base) else p
         sys.path[:] = [moved(p) for p in sys.path]
@@ -114,6 +116,7 @@ if limits["isolate"]:
         os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
     elif libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER: no capability over the mounts above
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    os.close(base_fd)
     os.chdir(limits["workdir"])
 mb = 1 << 20
 for name, value in (("RLIMIT_AS", limits["memory_mb"] * mb), ("RLIMIT_CPU", limits["cpu_s"]),
