@@ -14,6 +14,23 @@ Origin = Literal["initial", "mentor"]
 
 
 @dataclass(frozen=True)
+class CodeTask:
+    """What a code problem's program is checked against. Privileged like `solution_steps`: the tests
+    and the reference reach the sandbox and the mentor, never the learner's prompt."""
+
+    tests: str  # Python source run after the program in the same interpreter (asserts; HumanEval:
+    # the problem's `test` plus `check(entry_point)`); for style "stdio", source that runs SOURCE
+    entry_point: str = ""  # the function the tests call ("" for stdio programs)
+    prompt: str = ""  # code the completion is assembled onto (HumanEval: imports, signature,
+    # docstring); "" when the completion is the whole program
+    reference: str = ""  # a reference solution (a whole program), "" when unknown
+    style: str = "function"  # "function": the tests call entry_point; "stdio": the tests run the
+    # program's source (bound to the name SOURCE) on each input and compare what it prints
+    step_markers: tuple[str, ...] = ()  # one regex per Problem.solution_steps entry: an attempt whose
+    # code matches it has that step (the reference mentor's "missing step"); () when unknown
+
+
+@dataclass(frozen=True)
 class Problem:
     """One task item. `solution_steps` is privileged: only the mentor sees it, never the learner."""
 
@@ -25,6 +42,8 @@ class Problem:
     source: str = ""  # "ladder", "path/to/file.jsonl:17", ...
     columns: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # extra dataset
     # columns, passed to custom reward functions as keyword arguments
+    code: CodeTask | None = None  # code problems: tests, entry point, reference (gold is the
+    # reference program, or "")
 
 
 @dataclass
@@ -79,6 +98,8 @@ class Rollout:
     reward: float = 0.0
     correct: bool = False  # the verifier's flag; zero-reward groups are detected on this, never on reward
     verifier_note: str = ""  # e.g. "extracted 12, expected 15", "no \\boxed answer", "truncated"
+    verifier_detail: Any = None  # the verifier's structured result when it has one (code: the
+    # rewards.code.CodeResult of the sandboxed run), for the mentor's diagnosis
     origin: Origin = "initial"
     hint: Hint | None = None
     behaviour_prompt_ids: list[int] | None = None  # the context the sampler saw, when the loss uses

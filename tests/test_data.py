@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mentor_fast.config import DataConfig
+from mentor_fast.config import MATH_SYSTEM_PROMPT, DataConfig
 from mentor_fast.data import (
     HINT_HEADER,
     Curriculum,
@@ -411,7 +411,7 @@ def test_ladder_llama_tokenizer_is_small_and_lossless():
         digits = tok.convert_ids_to_tokens(tok(p.gold, add_special_tokens=False)["input_ids"])
         assert digits == list(p.gold)  # one token per digit, as in SmolLM2
     # Ladder text is compact: the templated question is a few dozen tokens, not hundreds of bytes.
-    prompt = PromptBuilder(tok, DataConfig().system_prompt, 512).encode(make_problem(3, rng))
+    prompt = PromptBuilder(tok, MATH_SYSTEM_PROMPT, 512).encode(make_problem(3, rng))
     assert len(prompt) < 60
 
 

@@ -1,8 +1,8 @@
-"""Problem sources (the built-in ladder curriculum, JSONL files) and chat templating with hints.
+"""Problem sources (the built-in arithmetic and code ladders, JSONL files, HumanEval) and chat templating.
 
 Every source has `batch(step, size) -> list[Problem]`, a pure function of (seed, step, size), so a
 resumed run needs no iterator state, and `eval_problems(n=None) -> list[Problem]` (n defaults to
-data.eval_size).
+data.eval_size). HumanEval is the exception: evaluation only (all 164 by default; `batch` raises).
 """
 
 from __future__ import annotations
@@ -11,6 +11,13 @@ from typing import Protocol
 
 from mentor_fast.config import DataConfig
 from mentor_fast.data.chat import HINT_HEADER, PromptBuilder, PromptTooLong
+from mentor_fast.data.code_ladder import CodeLadder, make_code_problem
+from mentor_fast.data.code_sources import (
+    CodeJsonlSource,
+    HumanEvalSource,
+    humaneval_problems,
+    load_code_jsonl,
+)
 from mentor_fast.data.jsonl import DataError, JsonlSource, LoadReport, load_jsonl
 from mentor_fast.data.ladder import Curriculum, make_problem
 from mentor_fast.types import Problem
@@ -22,26 +29,36 @@ class ProblemSource(Protocol):
     def eval_problems(self, n: int | None = None) -> list[Problem]: ...
 
 
-def build_source(cfg: DataConfig, seed: int) -> Curriculum | JsonlSource:
+def build_source(cfg: DataConfig, seed: int) -> Curriculum | JsonlSource | HumanEvalSource:
     if cfg.source == "ladder":
         return Curriculum(cfg, seed)
+    if cfg.source == "code_ladder":
+        return CodeLadder(cfg, seed)
+    if cfg.source == "humaneval":
+        return HumanEvalSource(cfg, seed)
     if cfg.source == "jsonl":
         if not cfg.path:
             raise DataError("data.path is required for data.source=jsonl")
-        return JsonlSource(cfg, seed)
-    raise DataError(f"unknown data.source {cfg.source!r}; use 'ladder' or 'jsonl'")
+        return CodeJsonlSource(cfg, seed) if cfg.format == "code" else JsonlSource(cfg, seed)
+    raise DataError(f"unknown data.source {cfg.source!r}; use ladder, code_ladder, jsonl or humaneval")
 
 
 __all__ = [
     "HINT_HEADER",
+    "CodeJsonlSource",
+    "CodeLadder",
     "Curriculum",
     "DataError",
+    "HumanEvalSource",
     "JsonlSource",
     "LoadReport",
     "ProblemSource",
     "PromptBuilder",
     "PromptTooLong",
     "build_source",
+    "humaneval_problems",
+    "load_code_jsonl",
     "load_jsonl",
+    "make_code_problem",
     "make_problem",
 ]

@@ -56,13 +56,16 @@ class PromptBuilder:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*system, {"role": "user", "content": user_content}]
 
+    def chat(self, problem: Problem, hint: str | None = None) -> list[dict[str, str]]:
+        """The prompt as chat messages (what TRL's reward functions get as `prompts`)."""
+        return self.messages(self.user_content(problem, hint))
+
     def user_content(self, problem: Problem, hint: str | None = None) -> str:
         return problem.question if hint is None else problem.question + HINT_HEADER + hint
 
     def render(self, problem: Problem, hint: str | None = None) -> str:
         """The prompt as text (for logs and text-only backends), as the template renders it."""
-        msgs = self.messages(self.user_content(problem, hint))
-        return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(self.chat(problem, hint), tokenize=False, add_generation_prompt=True)
 
     def _ids(self, text: str, split_special: bool = False) -> list[int]:
         enc = self.tokenizer(text, add_special_tokens=False, split_special_tokens=split_special)

@@ -12,6 +12,7 @@ import collections
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +37,9 @@ class LoadReport:
     examples: list[str] = field(default_factory=list)  # the first few skip messages
 
 
-class _BadRow(Exception):
+class BadRow(Exception):
+    """A row is unusable: `reason` is the LoadReport key, the message says why."""
+
     def __init__(self, reason: str, message: str):
         super().__init__(message)
         self.reason = reason
@@ -51,11 +54,11 @@ _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z$\\])|(?<=[.!?]\$)\s+(?=[A-Z
 
 def _gsm8k(answer: str) -> tuple[str, tuple[str, ...]]:
     if "####" not in answer:
-        raise _BadRow("no_final_answer", "answer has no '#### <final answer>'")
+        raise BadRow("no_final_answer", "answer has no '#### <final answer>'")
     solution, final = answer.rsplit("####", 1)
     gold = _THOUSANDS_RE.sub("", final.strip())
     if not gold:
-        raise _BadRow("no_final_answer", "nothing after '####'")
+        raise BadRow("no_final_answer", "nothing after '####'")
     steps = tuple(s for line in solution.splitlines() if (s := _CALC_RE.sub("", line).strip()))
     return gold, steps
 
@@ -80,9 +83,9 @@ def _split_sentences(paragraph: str) -> list[str]:
 def _math(answer: str) -> tuple[str, tuple[str, ...]]:
     gold = last_boxed(answer)
     if gold is None:
-        raise _BadRow("no_final_answer", "answer has no complete \\boxed{...}")
+        raise BadRow("no_final_answer", "answer has no complete \\boxed{...}")
     if not gold:
-        raise _BadRow("no_final_answer", "the last \\boxed{} is empty")
+        raise BadRow("no_final_answer", "the last \\boxed{} is empty")
     solution = _ASY_RE.sub("", _MATH_ANSWER_TAIL_RE.sub("", answer))
     steps = tuple(s for para in re.split(r"\n\s*\n", solution) for s in _split_sentences(para))
     return gold, steps
@@ -90,39 +93,91 @@ def _math(answer: str) -> tuple[str, tuple[str, ...]]:
 
 def _plain(answer: str) -> tuple[str, tuple[str, ...]]:
     if not answer.strip():
-        raise _BadRow("no_final_answer", "empty answer")
+        raise BadRow("no_final_answer", "empty answer")
     return answer.strip(), ()
 
 
 _PARSERS = {"gsm8k": _gsm8k, "math": _math, "plain": _plain}
 
 
-def _row(raw: bytes, fmt: Format, question_key: str, answer_key: str) -> tuple[str, str, tuple, dict]:
+def decode_row(raw: bytes) -> dict[str, Any]:
+    """One JSONL line as a JSON object; raises BadRow (invalid UTF-8 or JSON, not an object)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         where = f"byte 0x{raw[e.start]:02x} at column {e.start + 1}"
-        raise _BadRow("invalid_utf8", f"not valid UTF-8 ({where})") from None
+        raise BadRow("invalid_utf8", f"not valid UTF-8 ({where})") from None
     try:
         row = json.loads(text)
     except json.JSONDecodeError as e:
-        raise _BadRow("invalid_json", f"invalid JSON: {e.msg} at column {e.colno}") from None
+        raise BadRow("invalid_json", f"invalid JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(row, dict):
-        raise _BadRow("not_an_object", f"row is a JSON {type(row).__name__}, not an object")
+        raise BadRow("not_an_object", f"row is a JSON {type(row).__name__}, not an object")
+    return row
+
+
+def _row(row: dict[str, Any], fmt: Format, question_key: str, answer_key: str,
+         ) -> tuple[str, str, tuple, dict]:
     for key in (question_key, answer_key):
         if key not in row:
-            raise _BadRow(f"missing_{'question' if key == question_key else 'answer'}",
-                          f"missing key {key!r} (row keys: {sorted(row)})")
+            raise BadRow(f"missing_{'question' if key == question_key else 'answer'}",
+                         f"missing key {key!r} (row keys: {sorted(row)})")
     question, answer = row[question_key], row[answer_key]
     if not isinstance(question, str) or not question.strip():
-        raise _BadRow("bad_question", f"{question_key!r} must be a non-empty string")
+        raise BadRow("bad_question", f"{question_key!r} must be a non-empty string")
     if fmt == "plain" and isinstance(answer, (int, float)) and not isinstance(answer, bool):
         answer = str(answer)
     if not isinstance(answer, str):
-        raise _BadRow("bad_answer", f"{answer_key!r} must be a string, got {type(answer).__name__}")
+        raise BadRow("bad_answer", f"{answer_key!r} must be a string, got {type(answer).__name__}")
     gold, steps = _PARSERS[fmt](answer)
     extra = {k: v for k, v in row.items() if k not in (question_key, answer_key)}
     return question, gold, steps, extra
+
+
+RowConverter = Callable[[dict[str, Any], int], Problem]  # (row, line number) -> Problem; raises BadRow
+
+
+def load_rows(
+    path: str | Path,
+    convert: RowConverter,
+    on_bad_row: Literal["error", "skip"] = "error",
+    data: bytes | None = None,
+) -> tuple[list[Problem], LoadReport]:
+    """Problems from JSONL bytes (the file at `path`, or `data` when given, named `path` in messages),
+    one `convert`ed row per non-blank line; a BadRow becomes a DataError "path:line: reason" or, with
+    on_bad_row="skip", a count in the LoadReport. The math and code loaders share it."""
+    path = Path(path)
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise DataError(f"{path}: file not found") from None
+        except OSError as e:
+            raise DataError(f"{path}: cannot read: {e}") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
+        data = data[3:]
+    report, problems = LoadReport(str(path)), []
+    for line_no, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.rstrip(b"\r")
+        if not raw.strip():
+            continue
+        report.rows += 1
+        try:
+            problems.append(convert(decode_row(raw), line_no))
+        except BadRow as e:
+            message = f"{path}:{line_no}: {e}"
+            if on_bad_row == "error":
+                raise DataError(message) from None
+            report.skipped[e.reason] += 1
+            if len(report.examples) < 5:
+                report.examples.append(message)
+    report.loaded = len(problems)
+    if report.rows == 0:
+        raise DataError(f"{path}: no rows")
+    if not problems:
+        skipped = dict(report.skipped)
+        raise DataError(f"{path}: no usable rows ({skipped} skipped; first: {report.examples[0]})")
+    return problems, report
 
 
 def load_jsonl(
@@ -137,51 +192,27 @@ def load_jsonl(
     if fmt not in _PARSERS:
         raise DataError(f"{path}: unknown format {fmt!r}; use one of {sorted(_PARSERS)}")
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e}") from None
-    if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
-        data = data[3:]
-    report, problems = LoadReport(str(path)), []
-    for line_no, raw in enumerate(data.split(b"\n"), start=1):
-        raw = raw.rstrip(b"\r")
-        if not raw.strip():
-            continue
-        report.rows += 1
-        try:
-            question, gold, steps, extra = _row(raw, fmt, question_key, answer_key)
-        except _BadRow as e:
-            message = f"{path}:{line_no}: {e}"
-            if on_bad_row == "error":
-                raise DataError(message) from None
-            report.skipped[e.reason] += 1
-            if len(report.examples) < 5:
-                report.examples.append(message)
-            continue
-        problems.append(Problem(f"{path.stem}-{line_no}", question, gold, steps,
-                                source=f"{path}:{line_no}", columns=extra))
-    report.loaded = len(problems)
-    if report.rows == 0:
-        raise DataError(f"{path}: no rows")
-    if not problems:
-        skipped = dict(report.skipped)
-        raise DataError(f"{path}: no usable rows ({skipped} skipped; first: {report.examples[0]})")
-    return problems, report
+
+    def convert(row: dict[str, Any], line_no: int) -> Problem:
+        question, gold, steps, extra = _row(row, fmt, question_key, answer_key)
+        return Problem(f"{path.stem}-{line_no}", question, gold, steps, source=f"{path}:{line_no}",
+                       columns=extra)
+
+    return load_rows(path, convert, on_bad_row)
 
 
 class JsonlSource:
     """A JSONL file as a problem source: a seeded permutation per epoch; item p = step * size + i."""
 
     def __init__(self, cfg: DataConfig, seed: int):
-        self.problems, self.report = load_jsonl(
-            cfg.path, cfg.format, cfg.question_key, cfg.answer_key, cfg.on_bad_row
-        )
+        self.problems, self.report = self.load(cfg)
         self.seed = seed
         self.eval_size = cfg.eval_size
         self._perms: dict[Any, list[int]] = {}
+
+    def load(self, cfg: DataConfig) -> tuple[list[Problem], LoadReport]:
+        """The file's problems (data/code_sources.py's CodeJsonlSource reads code rows instead)."""
+        return load_jsonl(cfg.path, cfg.format, cfg.question_key, cfg.answer_key, cfg.on_bad_row)
 
     def _perm(self, key: Any) -> list[int]:
         if key not in self._perms:
