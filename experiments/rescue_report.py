@@ -56,14 +56,14 @@ def token_weights(policy: str, rows: list[dict], limit: int, gamma: float = 0.1)
     p_q and p_hint, and the transfer and shaping weights of that token and on average."""
     import torch
 
-    from mentor_fast.config import DataConfig
+    from mentor_fast.config import MATH_SYSTEM_PROMPT
     from mentor_fast.data import PromptBuilder
     from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
     from mentor_fast.types import Problem
 
     path = resolve_model_path(policy)
     tok, model = load_tokenizer(path), load_policy(path, "float32").eval()
-    builder = PromptBuilder(tok, DataConfig().system_prompt, 10**6)
+    builder = PromptBuilder(tok, MATH_SYSTEM_PROMPT, 10**6)
     out = []
     for r in rows:
         for x in (x for x in r["rerolls"] if x["correct"]):

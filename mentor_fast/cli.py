@@ -145,9 +145,10 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from mentor_fast.checkpoint import CheckpointError
     from mentor_fast.data import DataError
     from mentor_fast.models import ModelError
+    from mentor_fast.rewards.sandbox import SandboxError
     from mentor_fast.rollout.base import EngineError
 
-    return (ConfigError, DataError, ModelError, CheckpointError, EngineError)
+    return (ConfigError, DataError, ModelError, CheckpointError, EngineError, SandboxError)
 
 
 if __name__ == "__main__":

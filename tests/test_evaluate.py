@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from mentor_fast.config import DataConfig, RolloutConfig
+from mentor_fast.config import MATH_SYSTEM_PROMPT, DataConfig, RolloutConfig
 from mentor_fast.data import PromptBuilder, build_source
 from mentor_fast.evaluate import evaluate, main, pass_at_k
 from mentor_fast.models import load_policy, load_tokenizer
@@ -20,9 +20,9 @@ RECORD_FIELDS = {"id", "question", "gold", "level", "source", "n", "correct", "c
                  "extracted", "notes", "tokens", "finish_reasons"}
 
 
-def verify_batch(completions: list[str], golds: list[str]):
+def verify_batch(completions: list[str], problems: list[Problem]):
     """The real math checker, in-process (no worker pool to start in a unit test)."""
-    return [verify(c, g, timeout_s=None) for c, g in zip(completions, golds)]
+    return [verify(c, p.gold, timeout_s=None) for c, p in zip(completions, problems, strict=True)]
 
 
 def test_pass_at_k_hand_values():
@@ -101,12 +101,12 @@ def tiny_engine(tiny_model_path):
 def test_evaluate_tiny_model_on_ladder_writes_consistent_jsonl(tiny_engine, tmp_path):
     engine, tok = tiny_engine
     problems = build_source(DataConfig(levels=[1, 2]), seed=0).eval_problems(3)
-    builder = PromptBuilder(tok, DataConfig().system_prompt, 512)
+    builder = PromptBuilder(tok, MATH_SYSTEM_PROMPT, 512)
     out = tmp_path / "eval_problems.jsonl"
     verdicts = []
 
-    def checker(completions, golds):
-        vs = verify_batch(completions, golds)
+    def checker(completions, problems):
+        vs = verify_batch(completions, problems)
         verdicts.extend(vs)
         return vs
 

@@ -1,10 +1,13 @@
 """One tree of dataclasses for a run (`schema`); YAML files set overrides and `a.b=c` arguments
 come last (`loader`). Unknown keys and wrong types fail before anything runs."""
 
-from mentor_fast.config.loader import load_config, save_config, to_dict, validate
+from mentor_fast.config.loader import load_config, resolve, save_config, to_dict, validate
 from mentor_fast.config.schema import (
+    CODE_SYSTEM_PROMPT,
+    MATH_SYSTEM_PROMPT,
     AdvantageConfig,
     AgentsConfig,
+    CodeRewardConfig,
     ConfigError,
     DataConfig,
     DistConfig,
@@ -22,7 +25,8 @@ from mentor_fast.config.schema import (
 )
 
 __all__ = [
-    "AdvantageConfig", "AgentsConfig", "ConfigError", "DataConfig", "DistConfig", "LossConfig", "MentorConfig",
+    "CODE_SYSTEM_PROMPT", "MATH_SYSTEM_PROMPT", "AdvantageConfig", "AgentsConfig", "CodeRewardConfig", "ConfigError", "DataConfig", "DistConfig", "LossConfig", "MentorConfig",
     "MentorLossConfig", "ModelConfig", "OptimConfig", "RerollConfig", "RewardConfig", "RolloutConfig", "RunConfig",
-    "TrainerConfig", "TriggerConfig", "load_config", "save_config", "to_dict", "validate",
+    "TrainerConfig", "TriggerConfig", "load_config", "resolve", "save_config", "to_dict",
+    "validate",
 ]

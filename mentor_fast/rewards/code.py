@@ -8,12 +8,19 @@ other fields are the diagnosis the code mentor reads.
 
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mentor_fast.rewards.sandbox import Isolation, Limits, SandboxRun, run_python
+from mentor_fast.rewards.math import Status, Verdict
+from mentor_fast.rewards.sandbox import Isolation, Limits, SandboxError, SandboxRun, detect, run_python
+from mentor_fast.types import Problem
+
+if TYPE_CHECKING:
+    from mentor_fast.config import CodeRewardConfig
 
 TAIL = 2000  # characters kept of stdout, stderr and the traceback
 
@@ -66,3 +73,83 @@ def classify(run: SandboxRun) -> CodeResult:
     why = run.detail or (f"output over the cap ({', '.join(run.truncated)})" if run.truncated
                          else f"killed (exit {run.returncode})")
     return CodeResult(False, "crashed", message=why, **tails)
+
+
+def note_for(result: CodeResult) -> str:
+    """The one-line verifier note the mentor and the logs read."""
+    if result.passed:
+        return "all tests passed"
+    if result.status == "failed":
+        return f"failed {result.test_line.strip() or 'a test'}" + (f" ({result.message})" if result.message else "")
+    if result.status == "error":
+        where = f" at {result.test_line.strip()}" if result.test_line else ""
+        return f"{result.exception}: {result.message}{where}"[:300]
+    return f"{result.status}: {result.message}"[:300]
+
+
+def _verdict(code: str | None, result: CodeResult | None) -> Verdict:
+    if code is None or result is None:
+        return Verdict(False, None, "no code in the completion", Status.NO_ANSWER)
+    status = Status.OK
+    if result.status == "timeout":
+        status = Status.TIMEOUT
+    elif result.exception == "SyntaxError" and result.status == "error":
+        status = Status.UNPARSEABLE
+    elif result.status == "sandbox_error":
+        status = Status.ERROR
+    error = "SandboxError" if status is Status.ERROR else ("Timeout" if status is Status.TIMEOUT else "")
+    return Verdict(result.passed, code, note_for(result), status, error, detail=result)
+
+
+class CodeVerifier:
+    """The `code` reward kind: each completion's program (rewards/program.py) with its problem's
+    tests, in the sandbox, in a bounded pool. Isolation is checked when the verifier is built, so a
+    machine without namespaces stops the run before the first step, with the way out in the error."""
+
+    def __init__(self, cfg: CodeRewardConfig):
+        self.timeout_s, self.workers = cfg.timeout_s, cfg.workers
+        self.limits = Limits(memory_mb=cfg.memory_mb, cpu_s=cfg.cpu_s, output_bytes=cfg.output_kb * 1024)
+        self.isolation = Isolation(cfg.sandbox)
+        self._how = "NOT isolated (reward.code.sandbox=none)"
+        if self.isolation is Isolation.NAMESPACES:
+            found, prefix, why = detect()
+            if found is Isolation.NONE:
+                raise SandboxError(f"reward.kind=code: no namespace isolation on this machine ({why}); install "
+                                   "util-linux's unshare, allow user namespaces, or set reward.code.sandbox=none "
+                                   "to run the model's programs unisolated")
+            self._how = f"`{' '.join(os.path.basename(a) if i == 0 else a for i, a in enumerate(prefix))}` ({why})"
+        self._counts: collections.Counter[str] = collections.Counter()
+
+    def describe(self) -> str:
+        return (f"code: programs and tests in the sandbox, {self._how}, {self.timeout_s:g} s wall, "
+                f"{self.limits.memory_mb} MB, {self.workers or os.cpu_count()} at a time")
+
+    def check(self, completions: list[str], problems: list[Problem]) -> list[Verdict]:
+        from mentor_fast.rewards.program import assemble_program, extract_code
+
+        if len(completions) != len(problems):
+            raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
+        codes, jobs, where = [], [], []
+        for i, (text, p) in enumerate(zip(completions, problems, strict=True)):
+            if p.code is None:
+                raise ValueError(f"problem {p.id!r} ({p.source}) has no code task; reward.kind=code needs code data")
+            code = extract_code(text)
+            program = assemble_program(text, p.code) if code is not None else None
+            codes.append(code)
+            if program is not None:
+                jobs.append((program, p.code.tests))
+                where.append(i)
+        results: list[CodeResult | None] = [None] * len(completions)
+        done = run_many(jobs, self.timeout_s, workers=self.workers, limits=self.limits, isolation=self.isolation)
+        for i, r in zip(where, done, strict=True):
+            results[i] = r
+        self._counts.update("no_code" if r is None else r.status for r in results)
+        return [_verdict(c, r) for c, r in zip(codes, results, strict=True)]
+
+    def pop_metrics(self) -> dict[str, float]:
+        out = {f"reward/code/status/{k}": float(v) for k, v in self._counts.items()}
+        self._counts.clear()
+        return out
+
+    def close(self) -> None:
+        pass  # nothing outlives a run: each program's namespace dies with it

@@ -25,6 +25,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from mentor_fast.rewards.boxed import has_boxed, last_boxed
 
@@ -46,6 +47,7 @@ class Verdict:
     note: str  # "extracted 12, expected 15", "no \\boxed answer; ...", "unparseable answer ..."
     status: Status = Status.OK
     error: str = ""  # exception type name for ERROR / TIMEOUT
+    detail: Any = None  # structured result (code: a CodeResult), copied to Rollout.verifier_detail
 
     @property
     def parse_error(self) -> bool:

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Self
 
 from mentor_fast.rewards.math import Status, Verdict, verify
+from mentor_fast.types import Problem
 
 _START_TIMEOUT_S = 120.0  # a worker that cannot import math-verify in this long is an error
 
@@ -147,6 +148,16 @@ class MathVerifierPool:
         return [w.proc.pid for w in self._pool]
 
     # -- scoring ---------------------------------------------------------------------------------
+
+    def check(self, completions: list[str], problems: list[Problem]) -> list[Verdict]:
+        """The reward registry's Verifier: each completion against its problem's gold."""
+        return self.verify_batch(completions, [p.gold for p in problems])
+
+    def describe(self) -> str:
+        return f"math-verify in {self.workers} worker processes, {self.timeout_s:g} s per answer"
+
+    def pop_metrics(self) -> dict[str, float]:
+        return {}  # the scorer counts what math verdicts say
 
     def verify_batch(self, completions: list[str], golds: list[str]) -> list[Verdict]:
         if len(completions) != len(golds):

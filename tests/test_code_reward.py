@@ -1,0 +1,118 @@
+"""The `code` reward kind: completions -> programs -> sandboxed tests -> verdicts, through the same
+scorer as math; the config rules around it; isolation that is missing or switched off."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mentor_fast.config import CodeRewardConfig, ConfigError, RewardConfig, load_config
+from mentor_fast.rewards import RewardScorer
+from mentor_fast.rewards import sandbox as sandbox_mod
+from mentor_fast.rewards.code import CodeResult, CodeVerifier
+from mentor_fast.rewards.sandbox import SandboxError
+from mentor_fast.types import CodeTask, Problem, Rollout
+
+TESTS = "assert add3(1) == 4\nassert add3(-3) == 0\nassert add3(10) == 13\n"
+TASK = CodeTask(tests=TESTS, entry_point="add3", reference="def add3(x):\n    return x + 3\n")
+PROBLEM = Problem("add3", "Write a Python function `add3(x: int) -> int` that returns x plus 3.", TASK.reference,
+                  ("Add 3 to the argument and return it.",), source="test", code=TASK)
+
+COMPLETIONS = {
+    "right": "Here it is:\n```python\ndef add3(x):\n    return x + 3\n```",
+    "bare": "def add3(x):\n    return 3 + x\n",  # no fence: the whole completion is the program
+    "wrong": "```python\ndef add3(x):\n    return x + 2\n```",
+    "name": "```python\ndef add_three(x):\n    return x + 3\n```",
+    "syntax": "```python\ndef add3(x)\n    return x + 3\n```",
+    "loop": "```python\ndef add3(x):\n    while True:\n        pass\n```",
+    "fake": "```python\nimport os\nos._exit(0)\n```",
+    "empty": "   \n",
+}
+
+
+def _rollouts(names: list[str], problem: Problem = PROBLEM) -> list[Rollout]:
+    return [Rollout(problem, i, [1], [2], [0.0], COMPLETIONS[n], "stop", 0) for i, n in enumerate(names)]
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    with RewardScorer(RewardConfig(kind="code", code=CodeRewardConfig(timeout_s=2.0, workers=2))) as s:
+        yield s
+
+
+def test_verdicts_scores_and_notes(scorer):
+    names = list(COMPLETIONS)
+    rollouts = _rollouts(names)
+    metrics = scorer.score(rollouts)
+    by = dict(zip(names, rollouts, strict=True))
+    assert [n for n, r in by.items() if r.correct] == ["right", "bare"]
+    assert [r.reward for r in rollouts] == [1.0, 1.0] + [0.0] * 6
+    wrong = by["wrong"].verifier_detail
+    assert isinstance(wrong, CodeResult) and wrong.status == "failed"
+    assert wrong.test_line.strip() == "assert add3(1) == 4"
+    assert by["wrong"].verifier_note.startswith("failed assert add3(1) == 4")
+    assert by["name"].verifier_detail.exception == "NameError"
+    assert by["syntax"].verifier_detail.exception == "SyntaxError"
+    assert by["loop"].verifier_detail.status == "timeout"
+    assert by["fake"].verifier_detail.status == "crashed"  # exit(0) before the tests is never a pass
+    assert by["empty"].verifier_detail is None and by["empty"].verifier_note == "no code in the completion"
+    assert metrics["reward/code/mean"] == pytest.approx(2 / 8)
+    assert metrics["reward/timeouts"] == 1.0
+    assert metrics["reward/parse_error_rate"] == pytest.approx(1 / 8)  # the syntax error
+    statuses = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("reward/code/status/")}
+    assert statuses == {"passed": 2, "failed": 1, "error": 2, "timeout": 1, "crashed": 1, "no_code": 1}
+    assert not any(k.startswith("reward/errors/") for k in metrics)
+
+
+def test_humaneval_style_prompt_is_assembled(scorer):
+    prompt = 'import math\n\n\ndef hyp(a: float, b: float) -> float:\n    """The hypotenuse."""\n'
+    task = CodeTask(tests="assert abs(hyp(3, 4) - 5) < 1e-9\n", entry_point="hyp", prompt=prompt)
+    problem = Problem("hyp", "Complete hyp.", "", code=task)
+    body = "    return math.sqrt(a * a + b * b)\n"  # a continuation of the prompt, as base models write
+    whole = "```python\ndef hyp(a, b):\n    return math.hypot(a, b)\n```"  # the whole function, as chat models do
+    rollouts = [Rollout(problem, i, [1], [2], [0.0], t, "stop", 0) for i, t in enumerate([body, whole])]
+    scorer.score(rollouts)
+    assert [r.correct for r in rollouts] == [True, True]  # `import math` comes from the prompt in both
+
+
+def test_a_problem_without_tests_is_a_clear_error(scorer):
+    plain = Problem("m", "What is 1 + 1?", "2")
+    with pytest.raises(ValueError, match="problem 'm'.*no code task"):
+        scorer.score([Rollout(plain, 0, [1], [2], [0.0], "2", "stop", 0)])
+
+
+def test_describe_names_the_isolation(scorer):
+    line = scorer.verifier.describe()
+    assert "unshare" in line and "--net" in line and "--pid" in line
+
+
+def test_fault_injection_no_namespaces_stops_with_the_way_out(monkeypatch):
+    monkeypatch.setattr("mentor_fast.rewards.code.detect", lambda: (sandbox_mod.Isolation.NONE, [], "no unshare"))
+    with pytest.raises(SandboxError, match="reward.code.sandbox=none"):
+        CodeVerifier(CodeRewardConfig())
+
+
+def test_sandbox_none_warns_at_every_step(caplog):
+    with RewardScorer(RewardConfig(kind="code", code=CodeRewardConfig(sandbox="none", timeout_s=5.0))) as s:
+        assert "NOT isolated" in s.verifier.describe()
+        with caplog.at_level(logging.WARNING, logger="mentor_fast.rewards.registry"):
+            for _ in range(2):
+                rollouts = _rollouts(["right", "wrong"])
+                s.score(rollouts)
+                assert [r.correct for r in rollouts] == [True, False]
+    warnings = [r for r in caplog.records if "WITHOUT isolation" in r.getMessage()]
+    assert len(warnings) == 2
+
+
+def test_config_rules_name_the_keys():
+    with pytest.raises(ConfigError, match="reward.kind=code needs code problems"):
+        load_config([], ["reward.kind=code"])
+    with pytest.raises(ConfigError, match="set reward.kind=code"):
+        load_config([], ["data.source=code_ladder"])
+    with pytest.raises(ConfigError, match="leave mentor.task at auto"):
+        load_config([], ["data.source=code_ladder", "reward.kind=code", "mentor.task=math"])
+    with pytest.raises(ConfigError, match="sandbox"):
+        load_config([], ["data.source=code_ladder", "reward.kind=code", "reward.code.sandbox=off"])
+    cfg = load_config([], ["data.source=code_ladder", "reward.kind=code"])
+    assert cfg.mentor.task == "code" and "```python" in cfg.data.system_prompt
