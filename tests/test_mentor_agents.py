@@ -62,7 +62,7 @@ def test_garbage_json_is_none(reply):
 def test_labels_and_diagnosis_from_json():
     assert normalize_label("Format/Extraction") == "format"
     assert normalize_label("no verification / premature answer") == "premature_answer"
-    assert normalize_label("Edge cases", task="code") == "edge_case"
+    assert normalize_label("Edge cases", task="code") == "wrong_output"  # the old code label, now an alias
     assert normalize_label("edge cases", task="math") == "other"  # closed per task
     d = Diagnosis.from_json({"failure_type": "truncation", "confidence": "7", "missing_knowledge": "null"})
     assert d.failure_type == "truncation" and d.confidence == 1.0 and d.missing_knowledge is None

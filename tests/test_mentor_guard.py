@@ -129,7 +129,9 @@ def test_overlap_with_end_of_reference():
 def test_code_gates_only_for_code_tasks():
     block = "Try this:\n```python\na = 1\nb = 2\nc = a + b\nprint(c)\n```"
     assert check_hint(block, "7", task="code").gate == "code_block"
-    assert check_hint("```\nx = 1\n```", "7", task="code").ok  # short snippet
+    # a fence of any length is a reject now (it is the learner's code format, as \boxed is math's)
+    assert check_hint("```\nx = 1\n```", "7", task="code").gate == "code_block"
+    assert check_hint("Check the loop bounds of your function.", "7", task="code").ok
     assert check_hint("Write def solve(n): and recurse.", "7", task="code").gate == "code_def"
     assert check_hint(block, "7", task="math").ok
 

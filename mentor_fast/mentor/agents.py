@@ -4,6 +4,8 @@ Both agent kinds (these and the deterministic `ReferenceMentor`) have the same t
 `diagnose(cases) -> [Diagnosis | Failed]` and `instruct(cases, diagnoses, levels, feedback) ->
 [str | Failed]`. Replies are parsed tolerantly and asked again once; a reply that is still
 unusable is `Failed("garbage")`, a backend failure (timeout, HTTP error) is `Failed("error")`.
+Code problems (`case.is_code`) get the code_*.txt templates: the same placeholders plus the
+signature, the sandbox results of the attempts and the first failing test.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from importlib import resources
 from string import Template
 from typing import Any, Protocol
 
+from mentor_fast.mentor.code_reference import analyse
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import FAILURE_TYPES, Diagnosis, FailureCase
 from mentor_fast.mentor.guard import MAX_WORDS
@@ -63,9 +66,21 @@ def prompt(name: str) -> str:
 
 
 @cache
-def level_definitions() -> dict[int, str]:
-    lines = [ln.split(":", 1) for ln in prompt("levels").splitlines() if ln.strip()]
+def level_definitions(task: str = "math") -> dict[int, str]:
+    text = prompt(_TEMPLATE_PREFIX.get(task, "") + "levels")
+    lines = [ln.split(":", 1) for ln in text.splitlines() if ln.strip()]
     return {int(k): v.strip() for k, v in lines}
+
+
+_TEMPLATE_PREFIX = {"math": "", "code": "code_"}  # task -> its templates' name prefix
+
+
+def _task(case: FailureCase) -> str:
+    return "code" if case.is_code else "math"
+
+
+def _template(case: FailureCase, name: str) -> Template:
+    return Template(prompt(_TEMPLATE_PREFIX[_task(case)] + name))
 
 
 # ---------------------------------------------------------------- tolerant JSON
@@ -156,7 +171,27 @@ def parse_hint(text: str | None) -> str | None:
 # ---------------------------------------------------------------- prompts
 
 
+def _code_values(case: FailureCase) -> dict[str, Any]:
+    """What a code prompt holds beyond a math one. The reference program goes to the mentor (it is
+    privileged, like a worked solution; the templates forbid writing code). Of the hidden tests the
+    mentor sees only the failing assert lines the sandbox reported (in the attempts, and the first
+    one here): a model shown every expected output tends to quote them, and a diagnosis needs the
+    first failure only."""
+    p, a = case.problem, analyse(case)
+    return {
+        "gold": (p.code.reference if p.code and p.code.reference else p.gold) or "(not available)",
+        "reference": "\n".join(f"{i}. {s}" for i, s in enumerate(p.solution_steps, 1)) or "(not available)",
+        "signature": a.signature or "(a whole program: it reads standard input and prints)",
+        "first_test": a.first_test.render() if a.first_test else "(none: no attempt reached the tests)",
+    }
+
+
 def _common(case: FailureCase, head: int, tail: int) -> dict[str, Any]:
+    values = _math_values(case, head, tail)
+    return values | _code_values(case) if case.is_code else values
+
+
+def _math_values(case: FailureCase, head: int, tail: int) -> dict[str, Any]:
     p = case.problem
     return {
         "question": p.question,
@@ -167,7 +202,7 @@ def _common(case: FailureCase, head: int, tail: int) -> dict[str, Any]:
         "answers": case.render_answers(),
         "attempts": case.render_attempts(head, tail),
         "previous": "\n".join(f"- {h}" for h in case.previous_hints) or "(none)",
-        "labels": ", ".join(FAILURE_TYPES.get(case.task, FAILURE_TYPES["math"])),
+        "labels": ", ".join(FAILURE_TYPES[_task(case)]),
     }
 
 
@@ -177,17 +212,17 @@ def _chat(user: str) -> Messages:
 
 
 def diagnose_messages(case: FailureCase, head: int = 600, tail: int = 600) -> Messages:
-    return _chat(Template(prompt("diagnose")).substitute(_common(case, head, tail)))
+    return _chat(_template(case, "diagnose").substitute(_common(case, head, tail)))
 
 
 def fused_messages(case: FailureCase, head: int = 600, tail: int = 600) -> Messages:
-    defs = "\n".join(level_definitions()[lvl] for lvl in (1, 2, 3))
+    defs = "\n".join(level_definitions(_task(case))[lvl] for lvl in (1, 2, 3))
     words = ", ".join(str(MAX_WORDS[lvl] // 2) for lvl in (1, 2, 3))
     values = _common(case, head, tail) | {
         "level_definitions": defs,
         "max_words": f"{words} words for levels 1, 2, 3",
     }
-    return _chat(Template(prompt("fused")).substitute(values))
+    return _chat(_template(case, "fused").substitute(values))
 
 
 def instruct_messages(
@@ -195,11 +230,11 @@ def instruct_messages(
 ) -> Messages:
     values = _common(case, 0, 0) | {
         "diagnosis": json.dumps(diagnosis.to_dict(), ensure_ascii=False),
-        "level_definition": level_definitions()[level],
+        "level_definition": level_definitions(_task(case))[level],
         "max_words": f"{MAX_WORDS[level] // 2} words",  # half the guard's cap: models overshoot
         "feedback": Template(prompt("rejected")).substitute(reason=feedback).strip() if feedback else "",
     }
-    return _chat(Template(prompt("instruct")).substitute(values))
+    return _chat(_template(case, "instruct").substitute(values))
 
 
 # ---------------------------------------------------------------- agents over a text backend
@@ -268,7 +303,7 @@ class LLMAgents:
             obj = parse_json_object(reply)
             if obj is None:
                 return None
-            diag = Diagnosis.from_json(obj.get("diagnosis") if self.fused else obj, cases[i].task)
+            diag = Diagnosis.from_json(obj.get("diagnosis") if self.fused else obj, _task(cases[i]))
             if diag is None:
                 return None
             hints = {

@@ -1,8 +1,15 @@
-"""What the mentor looks at (a `FailureCase`) and what the diagnoser returns (a `Diagnosis`)."""
+"""What the mentor looks at (a `FailureCase`) and what the diagnoser returns (a `Diagnosis`).
+
+Code attempts are read through their sandbox result (`Rollout.verifier_detail`, a
+`rewards.code.CodeResult`, read by its fields so that the mentor does not import the rewards):
+`code_failure` puts each on the closed code taxonomy, and attempts are told apart by how they failed
+(status, exception, failing test line) the way math attempts are by their final answer.
+"""
 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,7 +28,16 @@ MATH_FAILURES = (
     "incomplete_cases",
     "premature_answer",
 )
-CODE_FAILURES = ("syntax", "runtime_error", "wrong_algorithm", "edge_case", "io_format", "time_limit")
+CODE_FAILURES = (
+    "syntax",  # the program does not compile
+    "signature",  # the tests cannot call it: NameError on the entry point, TypeError on the call's arity
+    "exception",  # another exception raised by the program (the diagnosis names its type)
+    "wrong_output",  # an assertion of the tests failed
+    "timeout",
+    "missing_import",  # NameError on a stdlib module or name an import provides, ModuleNotFoundError
+    "format",  # no code in the completion
+    "truncation",  # every attempt hit the length limit
+)
 FAILURE_TYPES = {"math": MATH_FAILURES, "code": CODE_FAILURES}
 
 _ALIASES = {
@@ -49,14 +65,52 @@ _ALIASES = {
     "syntax_compile": "syntax",
     "compile_error": "syntax",
     "syntax_error": "syntax",
-    "runtime_exception": "runtime_error",
-    "exception": "runtime_error",
-    "edge_cases": "edge_case",
-    "i_o_format": "io_format",
-    "io": "io_format",
-    "time_memory_limit": "time_limit",
-    "timeout": "time_limit",
-    "memory_limit": "time_limit",
+    "indentation_error": "syntax",
+    "wrong_signature": "signature",
+    "signature_error": "signature",
+    "wrong_function_name": "signature",
+    "wrong_name": "signature",
+    "name_error": "signature",
+    "arity": "signature",
+    "runtime_error": "exception",
+    "runtime_exception": "exception",
+    "crash": "exception",
+    "crashed": "exception",
+    "wrong_algorithm": "wrong_output",
+    "edge_case": "wrong_output",
+    "edge_cases": "wrong_output",
+    "wrong_answer": "wrong_output",
+    "logic_error": "wrong_output",
+    "assertion_error": "wrong_output",
+    "failed_test": "wrong_output",
+    "io_format": "wrong_output",  # printed in the wrong shape: the comparison of the tests fails
+    "i_o_format": "wrong_output",
+    "io": "wrong_output",
+    "time_limit": "timeout",
+    "time_memory_limit": "timeout",
+    "memory_limit": "timeout",
+    "time_limit_exceeded": "timeout",
+    "tle": "timeout",
+    "missing_imports": "missing_import",
+    "import_error": "missing_import",
+    "module_not_found": "missing_import",
+    "no_code": "format",
+}
+# names an import provides (the module to import), for NameErrors that are a missing import
+IMPORTABLE = {
+    **dict.fromkeys(
+        ("List", "Dict", "Tuple", "Set", "Optional", "Any", "Union", "Callable", "Iterable"), "typing"
+    ),
+    **dict.fromkeys(("Counter", "defaultdict", "deque", "OrderedDict", "namedtuple"), "collections"),
+    **dict.fromkeys(("reduce", "lru_cache", "cache", "partial", "cmp_to_key"), "functools"),
+    **dict.fromkeys(("heappush", "heappop", "heapify", "nlargest", "nsmallest"), "heapq"),
+    **dict.fromkeys(
+        ("permutations", "combinations", "product", "accumulate", "chain", "groupby"), "itertools"
+    ),
+    **dict.fromkeys(("bisect_left", "bisect_right", "insort"), "bisect"),
+    **dict.fromkeys(("sqrt", "gcd", "floor", "ceil", "factorial", "comb", "isqrt", "log", "inf"), "math"),
+    "Fraction": "fractions",
+    "Decimal": "decimal",
 }
 
 
@@ -96,8 +150,69 @@ class Diagnosis:
         )
 
 
+def code_result(rollout: Rollout) -> Any:
+    """The attempt's sandbox result (a CodeResult), or None."""
+    d = rollout.verifier_detail
+    return d if all(hasattr(d, a) for a in ("status", "exception", "test_line")) else None
+
+
+def looks_like_code(text: str) -> bool:
+    return (
+        "```" in text
+        or re.search(r"(?m)^(?:\s*(?:def|class|import|from|return|for|while|if|print)\b| {4}\S|\t\S)", text)
+        is not None
+    )
+
+
+def missing_name(message: str) -> str:
+    """The name of "name 'x' is not defined" / "No module named 'x'" ("" when there is none)."""
+    m = re.search(r"(?:name|named) '([\w.]+)'", message)
+    return m.group(1) if m else ""
+
+
+def code_failure(rollout: Rollout) -> str:
+    """The code taxonomy's label of one failed attempt, from its sandbox result."""
+    res, ep = code_result(rollout), (rollout.problem.code.entry_point if rollout.problem.code else "")
+    if res is None:  # not run: no code, or nothing to read (an empty attempt says nothing)
+        if rollout.truncated:
+            return "truncation"
+        return "format" if rollout.text.strip() and not looks_like_code(rollout.text) else "other"
+    exc, msg = res.exception, res.message
+    if res.status in ("timeout", "failed", "crashed"):  # crashed: killed (memory, output cap) or exited early
+        return {"timeout": "timeout", "failed": "wrong_output", "crashed": "exception"}[res.status]
+    if res.status != "error":  # sandbox_error (not the attempt's fault), or a pass marked wrong
+        return "other"
+    if exc in ("SyntaxError", "IndentationError", "TabError"):
+        return "syntax" if looks_like_code(rollout.text) else "format"
+    if exc in ("ModuleNotFoundError", "ImportError"):
+        return "missing_import"
+    name = missing_name(msg)
+    if exc == "NameError" and ep and name == ep:
+        return "signature"
+    if exc == "NameError" and (name in IMPORTABLE or name in sys.stdlib_module_names):
+        return "missing_import"
+    if exc == "TypeError" and ep and re.match(rf"{re.escape(ep)}\(\) (?:missing|takes|got)", msg):
+        return "signature"
+    return "exception"
+
+
+def _code_key(rollout: Rollout) -> str:
+    res, label = code_result(rollout), code_failure(rollout)
+    if res is None:
+        return {"format": "<no code>", "truncation": "<truncated>"}.get(label, "<not run>")
+    why = res.exception or res.status
+    return f"{label}: {why}" + (f" at {res.test_line.strip()}" if res.test_line.strip() else "")
+
+
+def _is_code(rollout: Rollout) -> bool:
+    return rollout.problem.code is not None or code_result(rollout) is not None
+
+
 def final_answer_key(rollout: Rollout) -> str:
-    """How an attempt ended: its boxed answer (normalised), or why it has none."""
+    """How an attempt ended: its boxed answer (normalised), or why it has none; for code, how it
+    failed (failure label, exception or status, failing test line)."""
+    if _is_code(rollout):
+        return _code_key(rollout)
     boxed = last_boxed(rollout.text)
     if boxed is not None:
         return re.sub(r"\s+", "", normalize_math_text(boxed))
@@ -139,15 +254,19 @@ class FailureCase:
     task: str = "math"
     previous_hints: list[str] = field(default_factory=list)  # earlier hints for this problem
     hint_cache: dict[int, str] = field(default_factory=dict)  # fused call: level -> hint
+    kinds: dict[str, int] = field(default_factory=dict)  # code: failure label -> failed attempts of the group
 
     @classmethod
     def from_group(
         cls, group: Group, k: int = 3, previous_hints: list[str] | None = None, task: str = "math"
     ) -> FailureCase:
         answers: dict[str, int] = {}
+        kinds: dict[str, int] = {}
         for r in group.rollouts:
             key = final_answer_key(r)
             answers[key] = answers.get(key, 0) + 1
+            if not r.correct and (task == "code" or _is_code(r)):
+                kinds[code_failure(r)] = kinds.get(code_failure(r), 0) + 1
         return cls(
             group.problem,
             choose_attempts(group.rollouts, k),
@@ -155,7 +274,13 @@ class FailureCase:
             answers,
             task,
             list(previous_hints or []),
+            kinds=kinds,
         )
+
+    @property
+    def is_code(self) -> bool:
+        """A code problem: the code taxonomy, the code reference mentor, the code prompts."""
+        return self.task == "code" or self.problem.code is not None
 
     @property
     def all_truncated(self) -> bool:
@@ -163,15 +288,32 @@ class FailureCase:
 
     @property
     def no_answer_share(self) -> float:
-        n = sum(v for key, v in self.answers.items() if key in ("<no answer>", "<truncated>"))
+        n = sum(v for key, v in self.answers.items() if key in ("<no answer>", "<truncated>", "<no code>"))
         return n / max(1, self.group_size)
 
     def render_attempts(self, head: int = 600, tail: int = 600) -> str:
         parts = []
         for i, r in enumerate(self.attempts, 1):
             note = r.verifier_note or ("stopped at the length limit" if r.truncated else "wrong final answer")
-            parts.append(f"Attempt {i}:\n{truncate_middle(r.text, head, tail)}\nVerifier: {note}")
+            sandbox = f"\n{render_sandbox(r)}" if self.is_code else ""
+            parts.append(f"Attempt {i}:\n{truncate_middle(r.text, head, tail)}{sandbox}\nVerifier: {note}")
         return "\n\n".join(parts) if parts else "(none)"
 
     def render_answers(self) -> str:
         return ", ".join(f"{key} x{n}" for key, n in sorted(self.answers.items(), key=lambda kv: -kv[1]))
+
+
+def render_sandbox(rollout: Rollout) -> str:
+    """What the sandbox said about a code attempt: what the LLM diagnoser reads."""
+    res = code_result(rollout)
+    if res is None:
+        return f"Sandbox: not run ({code_failure(rollout)})"
+    lines = [
+        f"Sandbox: {res.status}"
+        + (f", {res.exception}" if res.exception else "")
+        + (f": {res.message.strip()[:300]}" if res.message.strip() else "")
+    ]
+    if res.test_line.strip():
+        lines.append(f"Failing test: {res.test_line.strip()}")
+    lines.append(f"Failure kind: {code_failure(rollout)}")
+    return "\n".join(lines)

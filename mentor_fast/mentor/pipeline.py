@@ -208,7 +208,9 @@ class Mentor:
                     self._fail(iv, text.reason)
                     continue
                 p = iv.group.problem
-                v = self.guard.check(text, p.gold, p.solution_steps, self.task, level)
+                v = self.guard.check(
+                    text, p.gold, p.solution_steps, self.task, level, p.code, question=p.question
+                )
                 iv.verdicts.append(
                     {"level": level, "hint": text, "ok": v.ok, "gate": v.gate, "detail": v.detail}
                 )

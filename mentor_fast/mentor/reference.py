@@ -6,7 +6,8 @@ attempt: arithmetic slip when an attempt wrote that step's computation, wrong st
 Hint (for that step, never the final answer): level 1 points at the computation, level 2 lists the
 remaining operations in order with earlier results named, not stated, level 3 gives the step with
 its result, except for the last step, whose result is the answer.
-The hint still passes through the leak guard like any other.
+The hint still passes through the leak guard like any other. Code problems (`case.is_code`) go to
+code_reference.py: the same two calls, from the sandbox results and the reference's steps in words.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from mentor_fast.mentor.agents import Failed
+from mentor_fast.mentor.code_reference import code_hint, diagnose_code
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis, FailureCase
 from mentor_fast.mentor.numbers import find_numbers, normalize_math_text, result_after_equals
@@ -148,22 +150,22 @@ class ReferenceMentor:
         return "arithmetic_slip" if wrote else "wrong_strategy"
 
     def diagnose(self, cases: list[FailureCase]) -> list[Diagnosis | Failed]:
-        out: list[Diagnosis | Failed] = []
-        for case in cases:
-            _, step = self._missing_step(case)
-            kind = self._failure_type(case, step)
-            where = f"step {step.index}: {step.lhs}" if step else ""
-            cause = {
-                "truncation": "The attempts stop at the length limit before giving an answer.",
-                "format": "Most attempts never give a final answer in the required form.",
-                "arithmetic_slip": f"The attempts set up {where} but compute it wrongly.",
-                "wrong_strategy": f"No attempt reaches the result of {where or 'the key step'}.",
-            }[kind]
-            confidence = {"truncation": 0.9, "format": 0.9, "arithmetic_slip": 0.7, "wrong_strategy": 0.5}[
-                kind
-            ]
-            out.append(Diagnosis(kind, cause, where, None, confidence))
-        return out
+        return [diagnose_code(c) if c.is_code else self._diagnose_math(c) for c in cases]
+
+    def _diagnose_math(self, case: FailureCase) -> Diagnosis:
+        _, step = self._missing_step(case)
+        kind = self._failure_type(case, step)
+        where = f"step {step.index}: {step.lhs}" if step else ""
+        cause = {
+            "truncation": "The attempts stop at the length limit before giving an answer.",
+            "format": "Most attempts never give a final answer in the required form.",
+            "arithmetic_slip": f"The attempts set up {where} but compute it wrongly.",
+            "wrong_strategy": f"No attempt reaches the result of {where or 'the key step'}.",
+        }[kind]
+        confidence = {"truncation": 0.9, "format": 0.9, "arithmetic_slip": 0.7, "wrong_strategy": 0.5}[
+            kind
+        ]
+        return Diagnosis(kind, cause, where, None, confidence)
 
     # ------------------------------------------------------------ hints
     def instruct(
@@ -176,6 +178,8 @@ class ReferenceMentor:
         return [self.hint(c, d, lvl) for c, d, lvl in zip(cases, diagnoses, levels)]
 
     def hint(self, case: FailureCase, diagnosis: Diagnosis, level: int) -> str:
+        if case.is_code:
+            return code_hint(case, level)
         steps, step = self._missing_step(case)
         prefix = _PREFIX.get(diagnosis.failure_type, "")
         if step is None:
