@@ -321,11 +321,13 @@ class PolicyUpdater:
         active = (w != 0).float()
         tokens = active.sum()
         m = {"tokens": tokens, "loss": out.loss.detach()}
+        # The kernels report means over active tokens (NaN for none); the trainer sums them. Which
+        # metrics exist is known without looking at a value, so nothing here waits for the device.
+        computed = {"kl_mean": ref is not None, "entropy_mean": out.entropy is not None}
         for name, key in [("clip_frac_low", "clip_frac_low"), ("clip_frac_high", "clip_frac_high"),
                           ("ratio_mean", "ratio_mean"), ("entropy_mean", "entropy"), ("kl_mean", "kl")]:
-            value = getattr(out, name)
-            if not torch.isnan(value):  # the kernels report means over active tokens; the trainer sums
-                m[key] = value * tokens
+            if computed.get(name, True):
+                m[key] = torch.nan_to_num(getattr(out, name), nan=0.0) * tokens
         if "clip_frac_low" in m:
             m["clip_frac"] = m["clip_frac_low"] + m["clip_frac_high"]
         m["ratio_max"] = out.ratio_max
