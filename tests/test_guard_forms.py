@@ -285,7 +285,24 @@ CODE_CLEAN = [
     ("uniq", "Your loop stops one step early: range must reach the last index."),
     ("dup", "Compare the number of distinct values with the length of the list."),
     ("mean", "Divide the sum by how many values there are."),
+    ("count", "Plan: 1) Start a count at zero; 2) Loop over the pairs; 3) Return the count."),  # step numbers
 ]
+
+
+def test_step_numbers_of_a_plan_are_not_hidden_outputs():
+    """Found in a code-ladder run: the level-2 plan was rejected because "Plan: 1)" read as the
+    statement of the hidden output 1, and the group got a level-1 pointer instead."""
+    from mentor_fast.types import CodeTask
+
+    tests = "assert f([]) == 0\nassert f([1]) == 1\nassert f([-5, 2]) == 4\n"
+    code = CodeTask(tests=tests, entry_point="f", reference="def f(xs):\n    return sum(x * x for x in xs if x > 0)\n")
+    question = "Write a Python function `f(xs: list[int]) -> int` that returns the sum of the squares of the positives."
+    plan = ("Plan: 1) Start a total at zero; 2) Go through the numbers one by one; 3) Skip the numbers that are "
+            "not greater than 0; 4) Add the square of each remaining number; 5) Return the total.")
+    assert check_hint(plan, code.reference, task="code", code=code, question=question).ok
+    stated = check_hint("For a list holding only 1, it should return 1.", code.reference, task="code", code=code,
+                        question=question)
+    assert not stated.ok and stated.gate == "test_output"
 
 
 @pytest.mark.parametrize("task,hint,gate", CODE_LEAKING)

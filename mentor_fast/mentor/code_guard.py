@@ -215,10 +215,15 @@ def _states_output(text: str, start: int) -> bool:
     return _STATES_OUTPUT.search(sentence.rstrip()) is not None or not text[:start].strip()
 
 
+_LIST_MARKER = re.compile(r"\)\s")  # "Plan: 1) Keep ...": the number of a step, not a value
+
+
 def stated_output(hint: str, outputs: tuple[Any, ...]) -> str | None:
     for v in outputs:
         text, spans, tiny = _spans(hint, v)
         for start, end in spans:
+            if tiny and _LIST_MARKER.match(text, end):
+                continue
             if not tiny or _states_output(text, start):
                 return f"'{text[start:end]}' (a hidden test expects {v!r})"
     return None
