@@ -46,12 +46,20 @@ from mentor_fast.metrics import read_metrics
 from mentor_fast.trainer import Trainer
 
 
+def task_overrides(args) -> list[str]:
+    """The task's data source and verifier: the arithmetic ladder and math-verify, or the code
+    ladder (data/code_ladder.py) and sandboxed tests."""
+    if args.task == "math":
+        return [f"data.max_digits={args.max_digits}"]
+    return ["data.source=code_ladder", "reward.kind=code", f"reward.code.timeout_s={args.code_timeout}"]
+
+
 def _common(args, out: Path, seed: int) -> list[str]:
-    return [
+    return [*task_overrides(args), 
         f"output_dir={out}", f"seed={seed}", f"rollout.prompts_per_step={args.prompts}",
         f"rollout.num_generations={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"optim.lr={args.lr}", "trainer.tensorboard=false", "trainer.keep_last_n=1", "trainer.threads=2",
-        f"loss.impl={args.loss_impl}", f"data.max_digits={args.max_digits}",
+        f"loss.impl={args.loss_impl}",
     ]
 
 
@@ -87,7 +95,7 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
 
     sched = SFTSchedule(steps=args.sft_steps, batch=args.sft_batch, lr=args.sft_lr, schedule=args.sft_schedule,
                         hinted_frac=args.sft_hinted_frac, threads=2)
-    data = [f"data.levels=[{args.easy_levels}]", f"data.max_digits={args.max_digits}"]
+    data = [*task_overrides(args), f"data.levels=[{args.easy_levels}]"]
     return run_sft(args.model, data, out, seed, sched, _hinted_overrides(args),
                    log=lambda line: print(line, flush=True))
 
@@ -101,7 +109,8 @@ def _hinted_overrides(args) -> list[str] | None:
     if hinted & {args.jump_level, *(int(x) for x in args.easy_levels.split(","))}:
         raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
     digits = args.max_digits if args.sft_hinted_max_digits is None else args.sft_hinted_max_digits
-    return [f"data.levels=[{args.sft_hinted_level}]", f"data.max_digits={digits}"]
+    return [*task_overrides(args), f"data.levels=[{args.sft_hinted_level}]"] + (
+        [f"data.max_digits={digits}"] if args.task == "math" else [])
 
 
 def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
@@ -109,22 +118,25 @@ def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
     from mentor_fast.data import PromptBuilder, build_source
     from mentor_fast.evaluate import evaluate
     from mentor_fast.models import load_policy, load_tokenizer
-    from mentor_fast.rewards import MathVerifierPool
+    from mentor_fast.rewards import VERIFIERS, RewardKind
     from mentor_fast.rollout import make_engine
 
-    cfg = load_config([], [f"model.path={policy}", f"seed={seed}", f"data.jump_levels=[{args.jump_level}]",
-                           f"data.levels=[{args.jump_level}]", f"data.max_digits={args.max_digits}",
+    cfg = load_config([], [*task_overrides(args), f"model.path={policy}", f"seed={seed}",
+                           f"data.jump_levels=[{args.jump_level}]", f"data.levels=[{args.jump_level}]",
                            f"data.eval_exclude_draws={args.eval_exclude_draws}"])
     tok = load_tokenizer(policy)
     model = load_policy(policy, cfg.model.dtype)
     engine = make_engine(cfg.rollout, model, tok, policy, cfg.model.dtype, seed)
     builder = PromptBuilder(tok, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     problems = build_source(cfg.data, seed).eval_problems(args.eval_problems, levels=[args.jump_level])
-    with MathVerifierPool(workers=2, timeout_s=5.0) as pool:
-        summary = evaluate(engine, builder, pool.verify_batch, problems, n=args.eval_n, ks=[1],
+    verifier = VERIFIERS[RewardKind(cfg.reward.kind)](cfg.reward)
+    try:
+        summary = evaluate(engine, builder, verifier.check, problems, n=args.eval_n, ks=[1],
                            temperature=1.0, max_new_tokens=args.max_new_tokens, seed=10_000 + seed,
                            out_jsonl=out_jsonl)
-    engine.close()
+    finally:
+        verifier.close()
+        engine.close()
     return summary
 
 
@@ -181,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. seeds-1 only")
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--task", default="math", choices=("math", "code"),
+                   help="math: the arithmetic ladder; code: the function-writing ladder with sandboxed tests "
+                        "(pick --easy-levels, --jump-level and --sft-hinted-level of that ladder)")
+    p.add_argument("--code-timeout", type=float, default=4.0,
+                   help="--task code: reward.code.timeout_s (an infinite loop costs its sandbox slot this long)")
     p.add_argument("--easy-levels", default="1,2")
     p.add_argument("--jump-level", type=int, default=7,
                    help="the level trained after the jump (7: a # b = 2 * a + b, never defined in the question; "
