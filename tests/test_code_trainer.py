@@ -55,3 +55,24 @@ def test_eval_on_humaneval_writes_sandbox_statuses(tmp_path, capsys):
         assert r["greedy"]["status"] in statuses or r["greedy"]["extracted"] is None
     summary = json.loads((tmp_path / "eval" / "eval_summary.json").read_text())
     assert summary["count"] == 3 and {"pass@1", "pass@2", "greedy_acc"} <= set(summary)
+
+
+def test_sft_on_the_code_ladder_trains_on_fenced_references(tmp_path, capsys):
+    from mentor_fast.sft import main as sft_main
+
+    assert sft_main(["--config", TINY, "--model", "tiny-llama", "--levels", "1,2", "--hinted-levels", "4",
+                     "--steps", "2", "--batch", "4", "--out", str(tmp_path / "sft"), *CODE]) == 0
+    assert (tmp_path / "sft" / "policy" / "config.json").is_file()
+    assert "sft step 2/2" in capsys.readouterr().out
+
+
+def test_sft_target_of_a_code_problem_is_its_reference_in_one_fenced_block():
+    from mentor_fast.config import DataConfig
+    from mentor_fast.data import CodeLadder
+    from mentor_fast.rewards.program import extract_code
+    from mentor_fast.sft import sft_target
+
+    p = CodeLadder(DataConfig(source="code_ladder", levels=[4]), seed=0).batch(0, 1)[0]
+    target = sft_target(p)
+    assert target.startswith("```python\n") and target.endswith("\n```")
+    assert extract_code(target) == p.code.reference  # what the verifier reads back is the reference
