@@ -16,7 +16,8 @@ The defaults are the experiment of docs/experiments/collapse.md: a jump from lev
 ("What is 7 # 42?", where a # b = 2 * a + b and nothing in the question says so), 32 steps after it
 at lr 2e-5,
 MENTOR with the reference backend, async, `replace`, hints from level 2 (the plan), one round of 2
-re-rolls per failed group, cut at the merged call's longest initial rollout (--mentor-horizon 1)
+re-rolls per failed group, cut at the merged call's longest initial rollout (--mentor-horizon 1;
+0, no cut, with --task code)
 and decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes about
 as many rows a step as vanilla), and self-distillation (--mentor-distill 1.0, mentor.loss.distill_coef).
 Until 2026-11-30 the defaults were 4 re-rolls, no horizon and extra rows (`--mentor-rerolls 4
@@ -224,9 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mentor-rerolls", type=int, default=2)
     p.add_argument("--mentor-set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="further overrides for the MENTOR arm only, e.g. mentor.trigger.max_groups_frac=0.5")
-    p.add_argument("--mentor-horizon", type=float, default=1.0,
+    p.add_argument("--mentor-horizon", type=float, default=None,
                    help="mentor.reroll.horizon: re-rolls cut at this many times the merged call's longest "
-                        "initial rollout (0: off; else >= 1)")
+                        "initial rollout (0: off; else >= 1). Default 1 for math, 0 for code: a plan makes a "
+                        "program longer than the one-line attempts it answers, and the cut re-rolls could "
+                        "not rescue (docs/experiments/collapse_code.md)")
     p.add_argument("--mentor-budget", default="shared", choices=("extra", "shared"),
                    help="mentor.reroll.budget: shared takes the merged re-rolls' rows out of the step's own "
                         "(the step skips its last prompts), so MENTOR decodes as many rows as vanilla")
@@ -270,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> None:
     p = build_parser()
     args = p.parse_args()
+    if args.mentor_horizon is None:
+        args.mentor_horizon = 0.0 if args.task == "code" else 1.0
     if args.eval_exclude_draws < (args.post_steps + 1) * args.prompts:
         p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
                 f"(--post-steps + 1) x --prompts = {(args.post_steps + 1) * args.prompts}: held-out problems "
