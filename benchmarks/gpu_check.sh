@@ -195,7 +195,7 @@ mkdir -p "$WORK/rewards"
 cat >"$WORK/rewards/gpu_check_rewards.py" <<'EOF'
 def shorter_is_better(completions, **columns):
     """A shaped reward, so the random tiny model has a learning signal (correctness alone gives none)."""
-    return [-len(c) / 100.0 for c in completions]
+    return [-len(c[0]["content"]) / 100.0 for c in completions]
 EOF
 MF=("$VPY" -m mentor_fast.cli)
 [ -x "$WORK/venv/bin/mentor-fast" ] && MF=("$WORK/venv/bin/mentor-fast")

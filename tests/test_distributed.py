@@ -35,20 +35,20 @@ REWARDS = """
 import os, signal
 
 def shorter_is_better(completions, **columns):
-    return [-len(c) / 100.0 for c in completions]
+    return [-len(c[0]["content"]) / 100.0 for c in completions]
 
 def flat_on_rank_1_at_step_2(completions, problem_id, **columns):
     # prompts_per_step 4: global prompt index = step * 4 + i; rank 1 of 2 holds i = 2, 3
     out = []
     for c, pid in zip(completions, problem_id):
         index = int(pid.rsplit("-", 1)[1])
-        out.append(0.5 if (index // 4 == 2 and index % 4 >= 2) else -len(c) / 100.0)
+        out.append(0.5 if (index // 4 == 2 and index % 4 >= 2) else -len(c[0]["content"]) / 100.0)
     return out
 
 def fault_injection_kill_rank_1_at_step_2(completions, problem_id, **columns):
     if os.environ.get("RANK") == "1" and int(problem_id[0].rsplit("-", 1)[1]) // 4 == 2:
         os.kill(os.getpid(), signal.SIGKILL)
-    return [-len(c) / 100.0 for c in completions]
+    return [-len(c[0]["content"]) / 100.0 for c in completions]
 """
 BASE = ["trainer.progress=false", "trainer.tensorboard=false", "rollout.prompts_per_step=4", f"optim.lr={LR}",
         "dist.timeout_s=120"]

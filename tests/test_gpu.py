@@ -176,7 +176,7 @@ def test_more_rows_than_a_2d_grid_allows():
 
 SHAPED_REWARD = """
 def shorter_is_better(completions, **columns):
-    return [-len(c) / 100.0 for c in completions]
+    return [-len(c[0]["content"]) / 100.0 for c in completions]
 """
 
 

@@ -30,7 +30,7 @@ REQUIRED = [
 
 SHAPED_REWARD = """
 def shorter_is_better(completions, **columns):
-    return [-len(c) / 100.0 for c in completions]
+    return [-len(c[0]["content"]) / 100.0 for c in completions]
 """
 
 
