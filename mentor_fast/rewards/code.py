@@ -125,7 +125,7 @@ class CodeVerifier:
                 f"{self.limits.memory_mb} MB, {self.workers or os.cpu_count()} at a time")
 
     def check(self, completions: list[str], problems: list[Problem]) -> list[Verdict]:
-        from mentor_fast.rewards.program import assemble_program, extract_code
+        from mentor_fast.rewards.program import extract_code, program_from_code
 
         if len(completions) != len(problems):
             raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
@@ -134,7 +134,7 @@ class CodeVerifier:
             if p.code is None:
                 raise ValueError(f"problem {p.id!r} ({p.source}) has no code task; reward.kind=code needs code data")
             code = extract_code(text)
-            program = assemble_program(text, p.code) if code is not None else None
+            program = program_from_code(code, p.code) if code is not None else None
             codes.append(code)
             if program is not None:
                 jobs.append((program, p.code.tests))

@@ -77,8 +77,11 @@ def assemble_program(completion: str, task: CodeTask) -> str | None:
     functions, e.g. HumanEval/38's encode_cyclic); anything else continues the prompt (prompt + code).
     Style "stdio": that program bound as text, `SOURCE = '...'`, for the tests to run per input."""
     code = extract_code(completion)
-    if code is None:
-        return None
+    return None if code is None else program_from_code(code, task)
+
+
+def program_from_code(code: str, task: CodeTask) -> str:
+    """`assemble_program` for code already extracted from its completion."""
     program = code
     if task.prompt:
         prompt = task.prompt if task.prompt.endswith("\n") else task.prompt + "\n"
