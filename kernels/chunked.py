@@ -26,21 +26,28 @@ _F32 = torch.float32
 class LMHead:
     """z = h W^T (fp32 out), dH = dz W, dW += dz^T h for one call.
 
-    CUDA + bf16/fp16: bf16 GEMMs with fp32 output (`out_dtype`), dz in the input dtype.
-    CPU + bf16/fp16: W is upcast once and everything runs in fp32 (MKL has no bf16->fp32 GEMM).
+    compute_dtype: the GEMMs' operand dtype (None: the weight's). bf16 with an fp32 master weight is
+    the mixed-precision head: W is cast once per call, hidden rows per chunk, and dW stays fp32.
+    CUDA + bf16/fp16: bf16 GEMMs with fp32 output (`out_dtype`), dz in the compute dtype.
+    CPU + bf16/fp16: the operands are rounded to the compute dtype and the GEMMs run in fp32 (MKL
+    has no bf16->fp32 GEMM): the same numbers as bf16 operands with fp32 accumulation.
     1/tau is applied to the fp32 logits by the row work, not folded into h: rounding h/tau (even
     in fp32) made dH 2.4x less accurate at tau = 0.7 in the tests, and in bf16 it would perturb
     every logit.
     """
 
-    def __init__(self, weight: torch.Tensor, temperature: float):
-        self.native = weight.device.type == "cuda" and weight.dtype != _F32
-        self.w = weight if (weight.dtype == _F32 or self.native) else weight.to(_F32)
+    def __init__(self, weight: torch.Tensor, temperature: float, compute_dtype: torch.dtype | None = None):
+        self.dtype = compute_dtype or weight.dtype
+        self.native = weight.device.type == "cuda" and self.dtype != _F32
+        if self.native:
+            self.w = weight.to(self.dtype)
+        else:  # rounded to the compute dtype once, then fp32 (no copy for an fp32 weight in fp32)
+            self.w = weight.to(self.dtype).to(_F32)
         self.inv_temp = 1.0 / temperature
 
     def rows(self, h: torch.Tensor) -> torch.Tensor:
         """The chunk's hidden rows as the GEMMs want them (fp32 unless on the native CUDA path)."""
-        return h if self.native else h.to(_F32)
+        return h.to(self.dtype) if self.native else h.to(self.dtype).to(_F32)
 
     def logits(self, hs: torch.Tensor) -> torch.Tensor:  # [C, V] fp32
         if self.native:

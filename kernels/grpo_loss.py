@@ -9,6 +9,8 @@ sequence before any gradient: a K1 pass, a per-sequence reduction, then a recomp
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from .chunked import LMHead, dz_with_entropy_, entropy_rows, log_softmax_rows_
@@ -35,12 +37,26 @@ def grpo_loss_ref(hidden, weight, targets, old_logp, advantages=None, token_weig
     hidden [N, H], weight [V, H] -> logits [N, V]: N*V*4 bytes, and autograd keeps ~3 such tensors;
     6NHV FLOPs. Computes in fp32 (fp64 for fp64 inputs); `logits_dtype=torch.bfloat16` rounds the
     logits GEMM output to bf16 first, as a model returning bf16 logits does (the tests' "torch at the
-    same precision" baseline).
+    same precision" baseline). A `compute_dtype` option rounds hidden and weight to it (the fused
+    head's operands) with the gradients passed through unrounded, as the fused op returns them.
     """
+    cd = GRPOOptions.build(kwargs.get("options"), {k: v for k, v in kwargs.items() if k in _KNOBS}).compute_dtype
     dt = torch.promote_types(hidden.dtype, torch.float32)
     ldt = logits_dtype or dt
+    if cd is not None:
+        hidden, weight = _rounded(hidden, cd), _rounded(weight, cd)
     logits = (hidden.to(ldt) @ weight.to(ldt).T).to(dt)  # [N, V]
     return grpo_loss_from_logits_ref(logits, targets, old_logp, advantages, token_weights, **kwargs)
+
+
+_KNOBS = frozenset(f.name for f in dataclasses.fields(GRPOOptions))
+
+
+def _rounded(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x's values rounded to `dtype`, in x's dtype, with the identity as its gradient."""
+    if x.dtype == dtype or not x.is_floating_point():
+        return x
+    return x + (x.to(dtype).to(x.dtype) - x).detach()
 
 
 class _Run:
@@ -53,7 +69,7 @@ class _Run:
 
     def __call__(self, h, w, need_dh: bool, need_dw: bool):
         opts, t, n = self.opts, self.t, h.shape[0]
-        lm = LMHead(w, opts.temperature)
+        lm = LMHead(w, opts.temperature, opts.compute_dtype)
         c = chunk_rows(n, w.shape[0], opts, h.device)
         g_all = self._sequence_grads(h, w, c) if ((need_dh or need_dw) and self._seq_level) else None
         dh = torch.empty(n, h.shape[1], dtype=torch.float32 if not lm.native else h.dtype,
@@ -85,7 +101,7 @@ class _Run:
         """gspo phase 1: all log-probs (K1), then d loss / d logp_t (and d / d H_t) from whole sequences."""
         opts = self.opts
         st = token_logprob_stats(h, w, self.targets, opts.temperature, entropy=opts.entropy_coef != 0,
-                                 chunk_tokens=c, backend=self.backend)
+                                 chunk_tokens=c, backend=self.backend, compute_dtype=opts.compute_dtype)
         return sequence_grads(st.logp, st.entropy, self.t, opts)
 
     def _chunk(self, hs, z, s, lm: LMHead, need_dh, dw, g_all):
@@ -135,7 +151,7 @@ class _FusedGRPOFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, run: _Run):
         need_dw = ctx.needs_input_grad[1] and run.opts.compute_weight_grad
-        run.dz_dtype = hidden.dtype  # triton path: dz in the input dtype, in place (bf16 half-rows)
+        run.dz_dtype = run.opts.compute_dtype or hidden.dtype  # triton: dz in the GEMM dtype, in place
         dh, dw = run(hidden, weight, ctx.needs_input_grad[0], need_dw)
         # kept as attributes, not saved tensors, so backward can hand them over without a copy
         ctx.grads, ctx.dtypes = [dh, dw], (hidden.dtype, weight.dtype)

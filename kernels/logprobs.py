@@ -52,16 +52,20 @@ def token_logprobs_ref(hidden, weight, targets, temperature: float = 1.0) -> Log
 @torch.no_grad()
 def token_logprob_stats(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                         temperature: float = 1.0, *, entropy: bool = True, chunk_tokens: int | None = None,
-                        memory_budget_mb: float | None = None, backend: str | None = None) -> LogprobStats:
-    """K1 with the log-sum-exp and (optionally) the entropy per token; see token_logprobs."""
+                        memory_budget_mb: float | None = None, backend: str | None = None,
+                        compute_dtype: torch.dtype | None = None) -> LogprobStats:
+    """K1 with the log-sum-exp and (optionally) the entropy per token; see token_logprobs.
+    compute_dtype: the GEMM operand dtype (GRPOOptions.compute_dtype)."""
     b = resolve_backend(backend, hidden.device)
     if b is Backend.REF:
+        if compute_dtype is not None:  # the same rounded operands, fp32 logits
+            hidden, weight = hidden.to(compute_dtype), weight.to(compute_dtype)
         return LogprobStats(*(None if x is None else x.to(torch.float32)
                               for x in token_logprobs_ref(hidden, weight, targets, temperature)))
     n, v = hidden.shape[0], weight.shape[0]
     opts = GRPOOptions(chunk_tokens=chunk_tokens, memory_budget_mb=memory_budget_mb)
     c = chunk_rows(n, v, opts, hidden.device)
-    lm = LMHead(weight, temperature)
+    lm = LMHead(weight, temperature, compute_dtype)
     targets = targets.long()
     outs = []
     for s in range(0, n, c):
@@ -80,5 +84,5 @@ def token_logprob_stats(hidden: torch.Tensor, weight: torch.Tensor, targets: tor
 def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                    temperature: float = 1.0, **kwargs) -> torch.Tensor:
     """K1: log_softmax(hidden @ weight.T / temperature)[targets] as [N] fp32, without grad and
-    without materialising [N, V]. kwargs: chunk_tokens, memory_budget_mb, backend."""
+    without materialising [N, V]. kwargs: chunk_tokens, memory_budget_mb, backend, compute_dtype."""
     return token_logprob_stats(hidden, weight, targets, temperature, entropy=False, **kwargs).logp

@@ -62,6 +62,10 @@ class GRPOOptions:
     """False for a frozen LM head: skips the dW GEMM (4NHV instead of 6NHV)."""
     compute_entropy: bool = True
     """Entropy as a metric (forced on when entropy_coef != 0); costs ~2 cheap passes per row."""
+    compute_dtype: torch.dtype | None = None
+    """Operand dtype of the LM-head GEMMs (None: the weight's). torch.bfloat16 with an fp32 master
+    weight: bf16 operands, fp32 accumulation and fp32 logits chunks; the gradients come back in each
+    input's own dtype (an fp32 dW for the master weight, not a rounded one)."""
 
     def __post_init__(self) -> None:
         for name, enum in (("loss_type", LossType), ("kl_estimator", KLEstimator), ("adv_estimator", AdvEstimator)):
@@ -71,6 +75,10 @@ class GRPOOptions:
                     if name == "loss_type" else ""
                 raise ValueError(f"{name}={value!r} is not one of {[e.value for e in enum]}{hint}")
             object.__setattr__(self, name, enum(value))
+        if isinstance(self.compute_dtype, str):  # "bfloat16", as a config spells it
+            object.__setattr__(self, "compute_dtype", getattr(torch, self.compute_dtype, None))
+        if self.compute_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"compute_dtype must be None, float32, bfloat16 or float16, got {self.compute_dtype}")
         if not (self.dual_clip == 0 or self.dual_clip > 1):
             raise ValueError(f"dual_clip must be 0 or > 1, got {self.dual_clip}")
         if self.temperature <= 0:

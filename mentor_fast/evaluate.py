@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     from mentor_fast.data import PromptBuilder
     from mentor_fast.models import load_policy, load_tokenizer, resolve_device
     from mentor_fast.rewards import VERIFIERS, RewardKind
-    from mentor_fast.rollout import make_engine
+    from mentor_fast.rollout import engine_dtype, make_engine
 
     args = _parser().parse_args(argv)
     cfg = load_config(args.config, [*_data_overrides(args.data), *args.overrides])
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     model = None
     if cfg.rollout.engine == "hf":
         model = load_policy(weights, cfg.model.dtype, cfg.model.attn_implementation).to(resolve_device(cfg.model.device))
-    engine = make_engine(cfg.rollout, model, tokenizer, weights, cfg.model.dtype, cfg.seed)
+    engine = make_engine(cfg.rollout, model, tokenizer, weights, engine_dtype(cfg), cfg.seed)
     builder = PromptBuilder.from_config(tokenizer, cfg.data)
     if args.hint_level is not None:
         builder = HintedPrompts(builder, args.hint_level)

@@ -42,7 +42,7 @@ from mentor_fast.method import Method, NoMethod, RolloutPlan
 from mentor_fast.metrics import MetricsLogger, peak_mem_gb, reduce_metrics, to_scalars, write_report
 from mentor_fast.models import load_policy, load_tokenizer, resolve_device, resolve_model_path, torch_dtype
 from mentor_fast.rewards import RewardScorer
-from mentor_fast.rollout import make_engine
+from mentor_fast.rollout import engine_dtype, make_engine
 from mentor_fast.rollout.base import SamplingParams
 from mentor_fast.sharding import FullWeights, shard_policy
 from mentor_fast.types import Group, Rollout, Sample
@@ -99,6 +99,8 @@ class Trainer:
         weights_path = ckpt / "policy" if ckpt else self.model_path
         self.tokenizer = load_tokenizer(self.model_path)
         self.device = self.dist.device
+        if self.device.type == "cuda" and cfg.model.tf32:
+            torch.set_float32_matmul_precision("high")  # TF32 tensor cores for what stays fp32
         self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation).to(self.device)
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
@@ -130,7 +132,7 @@ class Trainer:
         method_state = None
         if ckpt is not None:
             method_state = self._restore(ckpt)
-        self.engine = make_engine(cfg.rollout, engine_model, self.tokenizer, weights_path, cfg.model.dtype, cfg.seed,
+        self.engine = make_engine(cfg.rollout, engine_model, self.tokenizer, weights_path, engine_dtype(cfg), cfg.seed,
                                   owns_weights=engine_model is not self.model)
         if self.version:
             self.engine.update_weights(self.weights, self.version)

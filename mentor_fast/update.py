@@ -64,12 +64,13 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, max_steps: int):
     return optimizer, scheduler
 
 
-def loss_options(cfg: LossConfig, temperature: float) -> GRPOOptions:
-    """The kernels' options for `loss.*` (the IS weights arrive already truncated: is_cap 0)."""
+def loss_options(cfg: LossConfig, temperature: float, compute_dtype: torch.dtype | None = None) -> GRPOOptions:
+    """The kernels' options for `loss.*` (the IS weights arrive already truncated: is_cap 0).
+    compute_dtype: the LM head's GEMM operands (bf16 under model.autocast_bf16; fp32 logits)."""
     return GRPOOptions(loss_type=cfg.type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
                        cispo_cap=cfg.cispo_cap, sapo_tau_pos=cfg.sapo_tau_pos, sapo_tau_neg=cfg.sapo_tau_neg,
                        temperature=temperature, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
-                       entropy_coef=cfg.entropy_coef, is_cap=0.0)
+                       entropy_coef=cfg.entropy_coef, is_cap=0.0, compute_dtype=compute_dtype)
 
 
 def _hidden_and_head(model, batch, seqs, pad_id, share_prompts, autocast_bf16):
@@ -114,7 +115,9 @@ class PolicyUpdater:
         self.autocast_bf16 = autocast_bf16
         self.ref_model = ref_model
         self.generator = torch.Generator().manual_seed(seed)
-        self.options = loss_options(loss_cfg, temperature)
+        # bf16 compute with fp32 master weights: the head's GEMMs take bf16 operands too (cast from
+        # the master weight once per call), accumulate in fp32 and keep fp32 logits chunks.
+        self.options = loss_options(loss_cfg, temperature, torch.bfloat16 if autocast_bf16 else None)
         self.backend = "ref" if loss_cfg.impl == "reference" else None  # None: triton on CUDA, else chunked
         # The default weighting of every sequence: the engine-mismatch correction (none at is_cap 0).
         self.default_weighting = TokenWeighting(Weighting.TRUNCATED_IS, loss_cfg.is_cap) if loss_cfg.is_cap > 0 else None
@@ -161,7 +164,7 @@ class PolicyUpdater:
             mb, weight = self._hidden(model, batch, plan)
             with torch.autocast(mb.hidden.device.type, enabled=False):
                 logp = token_logprobs(mb.hidden, weight, mb.targets, temperature=self.temperature,
-                                      backend=self.backend)
+                                      backend=self.backend, compute_dtype=self.options.compute_dtype)
             for j, i in enumerate(plan):
                 out[i] = logp[mb.seq_index == j].float().cpu()
         for _ in range(passes - len(plans)):
@@ -313,7 +316,8 @@ class PolicyUpdater:
             ref = torch.cat([ref_all[i] for i in plan]).to(device)
         w, adv, sampler, old = (t.to(device=device, dtype=torch.float32) for t in (w, adv, sampler, old))
         is_w = is_w.to(device) if is_w is not None else None
-        # fp32 logits inside the op: bf16 logits put a 3-6% error into the ratio (research/kernels.md)
+        # fp32 logits inside the op, whatever the operands: bf16 logits put a 3-6% error into the
+        # ratio (research/kernels.md)
         with torch.autocast(device.type, enabled=False):
             out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
                             seq_ids=mb.seq_index, options=self.options, backend=self.backend)

@@ -170,6 +170,35 @@ def test_grpo_loss_torch_bf16(case):
     _check_against_ref(b, torch.bfloat16, "torch", case, chunk_tokens=50)
 
 
+@pytest.mark.parametrize("case", ["base", "temperature_dual_clip", "k2_beta_entropy_bonus", "gspo"])
+def test_grpo_loss_bf16_compute_fp32_master(case):
+    """The mixed-precision head (model.autocast_bf16): fp32 hidden and master weight, bf16 GEMM
+    operands, fp32 logits. Within the rule of the bf16-rounded inputs, and the gradients come back
+    fp32 and unrounded: dW's error is far below one bf16 rounding of dW (a rounded dW fails)."""
+    b = make_batch(157, 64, 1201, seed=5, temperature=CASES[case].get("temperature", 1.0))
+    kw = _kwargs(b, case)
+    bf = torch.bfloat16
+    fp64 = {**b, "hidden": b["hidden"].to(bf).double(), "weight": b["weight"].to(bf).double()}
+    r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64, **kw)
+    rs, dhs, dws = run_loss(grpo_loss_ref, b, torch.float32, **kw, compute_dtype=bf, logits_dtype=bf)
+    out, dh, dw = run_loss(grpo_loss, b, torch.float32, **kw, compute_dtype=bf, chunk_tokens=50)
+    assert dh.dtype == torch.float32 and dw.dtype == torch.float32
+    assert_close_rule("loss", out.loss, r64.loss, rs.loss, atol=tiny_atol(torch.float32, r64.loss))
+    assert_close_rule("logp", out.logp, r64.logp, rs.logp, atol=tiny_atol(torch.float32, r64.logp))
+    assert_close_rule("dH", dh, dh64, dhs, atol=tiny_atol(torch.float32, dh64))
+    assert_close_rule("dW", dw, dw64, dws, atol=tiny_atol(torch.float32, dw64))
+    rounding = (dw64.to(bf).double() - dw64).abs().max().item()
+    assert (dw.double() - dw64).abs().max().item() < rounding / 8
+    # the reference with the same option is the same math (rounded operands, fp32 logits)
+    rr, _, dwr = run_loss(grpo_loss_ref, b, torch.float32, **kw, compute_dtype=bf)
+    assert (rr.loss - out.loss).abs().item() <= 1e-5 * max(1.0, abs(rr.loss.item()))
+    assert (dwr.double() - dw64).abs().max().item() < rounding / 8
+    # K1 with the same operands
+    lp = token_logprobs(b["hidden"].float(), b["weight"].float(), b["targets"], CASES[case].get("temperature", 1.0),
+                        compute_dtype=bf, chunk_tokens=40)
+    assert (lp.double() - r64.logp).abs().max().item() < 1e-4
+
+
 def test_batch_hits_every_branch():
     b = make_batch(203, 80, 1500, temperature=0.7)
     out, _ = _check_against_ref(b, torch.float32, "torch", "temperature_dual_clip", chunk_tokens=1000)

