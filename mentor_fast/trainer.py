@@ -224,6 +224,7 @@ class Trainer:
             if learned["batch/sequences"] == 0:  # every prompt was dropped: nothing to learn from, say so and go on
                 metrics["trainer/skipped_step"] = 1.0
             else:
+                self.engine.sleep()  # colocated vLLM with sleep mode: the update gets its memory
                 with timer("update"):
                     learned.update(self.updater.update(batch, self.version))  # reduced over ranks already
                 self.version += 1
@@ -234,6 +235,8 @@ class Trainer:
         metrics["perf/peak_mem_gb"] = peak_mem_gb()
         row = reduce_metrics(self.dist, to_scalars(metrics)) | initial | to_scalars(learned)
         row["perf/tokens_per_s"] = row["batch/tokens"] / row["timing_s/step"]
+        if "timing_s/weight_sync" in row:
+            row["perf/weight_sync_frac"] = row["timing_s/weight_sync"] / row["timing_s/step"]
         return row
 
     def problems(self, step: int) -> list:

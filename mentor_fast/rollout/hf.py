@@ -164,6 +164,9 @@ class HFEngine:
     def max_context_tokens(self) -> int:
         return int(self._model.config.max_position_embeddings)
 
+    def sleep(self) -> None:
+        """Nothing to free: the engine decodes with the trainer's module (or its own copy)."""
+
     def update_weights(self, model, version: int) -> None:
         """model: the trainer's module, or anything whose `state_dict()` holds its whole tensors
         (sharding.FullWeights: gathered on this rank's device)."""

