@@ -1,6 +1,7 @@
 """Checkpoints, one folder per step:
 
-    step_XXXXXX/policy/            the policy as an HF safetensors folder (with its tokenizer)
+    step_XXXXXX/policy/            the policy as an HF safetensors folder (with its tokenizer); with
+                                   model.lora, its adapter as peft saves it (PeftModel.from_pretrained)
     step_XXXXXX/optim/             AdamW's state through torch.distributed.checkpoint, sharded as
                                    the ranks held it, keyed by parameter name
     step_XXXXXX/trainer_state.pt   schedule, position, policy version, the method's shared state
@@ -150,7 +151,8 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     path = ckpt / "trainer_state.pt"
-    if not path.is_file() or not (ckpt / "policy" / "config.json").is_file():
+    policy = ckpt / "policy"
+    if not path.is_file() or not ((policy / "config.json").is_file() or (policy / "adapter_config.json").is_file()):
         raise CheckpointError(f"{ckpt} is not a complete checkpoint (missing trainer_state.pt or policy/)")
     # weights_only=False: the state holds Python RNG tuples and numpy arrays we wrote ourselves
     return torch.load(path, weights_only=False)

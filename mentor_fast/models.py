@@ -242,3 +242,27 @@ def load_policy(path: Path, dtype: str = "float32", attn_implementation: str = "
     )
     model.config.use_cache = False
     return model
+
+
+def import_peft():
+    """Import peft, or fail with what to install."""
+    try:
+        import peft
+    except ImportError as e:
+        raise ModelError(f"model.lora.rank > 0 needs peft: pip install peft ({e})") from e
+    return peft
+
+
+def apply_lora(model, cfg, adapter: Path | None = None):
+    """`model` with LoRA adapters (model.lora: a LoraConfig), only they trainable: new ones, or
+    `adapter` (a peft adapter folder, as a checkpoint holds) loaded for training."""
+    peft = import_peft()
+    if adapter is not None:
+        return peft.PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+    return peft.get_peft_model(model, peft.LoraConfig(
+        r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=list(cfg.target_modules),
+        bias="none", task_type="CAUSAL_LM"))
+
+
+def is_adapter_folder(path: Path) -> bool:
+    return (Path(path) / "adapter_config.json").is_file()

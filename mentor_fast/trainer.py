@@ -40,7 +40,15 @@ from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.method import Method, NoMethod, RolloutPlan
 from mentor_fast.metrics import MetricsLogger, peak_mem_gb, reduce_metrics, to_scalars, write_report
-from mentor_fast.models import load_policy, load_tokenizer, resolve_device, resolve_model_path, torch_dtype
+from mentor_fast.models import (
+    ModelError,
+    apply_lora,
+    load_policy,
+    load_tokenizer,
+    resolve_device,
+    resolve_model_path,
+    torch_dtype,
+)
 from mentor_fast.rewards import RewardScorer
 from mentor_fast.rollout import engine_dtype, make_engine
 from mentor_fast.rollout.base import SamplingParams
@@ -96,14 +104,24 @@ class Trainer:
 
         self.model_path = resolve_model_path(cfg.model.path)
         ckpt = self._find_resume(resume)
-        weights_path = ckpt / "policy" if ckpt else self.model_path
+        lora = cfg.model.lora.rank > 0
+        if lora and self.dist.enabled:
+            raise ModelError("model.lora.rank > 0 trains on one rank for now (LoRA under FSDP2 is not built); "
+                             "run without --nproc, or set model.lora.rank=0")
+        # with LoRA a checkpoint holds only the adapter: the base weights come from model.path
+        weights_path = ckpt / "policy" if ckpt and not lora else self.model_path
         self.tokenizer = load_tokenizer(self.model_path)
         self.device = self.dist.device
         if self.device.type == "cuda" and cfg.model.tf32:
             torch.set_float32_matmul_precision("high")  # TF32 tensor cores for what stays fp32
-        self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation).to(self.device)
+        self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation)
+        if lora:
+            self.model = apply_lora(self.model, cfg.model.lora, adapter=ckpt / "policy" if ckpt else None)
+        self.model.to(self.device)
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+            if lora:  # the frozen embedding's output needs grad for the checkpointed blocks' backward
+                self.model.enable_input_require_grads()
         self.model.train()
         self.ref_model = None
         if cfg.model.ref_model and cfg.loss.beta > 0:  # frozen and small next to the policy: not sharded
@@ -133,7 +151,7 @@ class Trainer:
         if ckpt is not None:
             method_state = self._restore(ckpt)
         self.engine = make_engine(cfg.rollout, engine_model, self.tokenizer, weights_path, engine_dtype(cfg), cfg.seed,
-                                  owns_weights=engine_model is not self.model)
+                                  owns_weights=engine_model is not self.model, lora_rank=cfg.model.lora.rank)
         if self.version:
             self.engine.update_weights(self.weights, self.version)
         self.method: Method = self._build_method()

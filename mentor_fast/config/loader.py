@@ -254,6 +254,10 @@ def validate(cfg: RunConfig) -> None:
         (cfg.mentor.task == cfg.reward.kind,
          f"mentor.task={cfg.mentor.task} but reward.kind={cfg.reward.kind}; leave mentor.task at auto"),
         (cfg.reward.code.timeout_s > 0, "reward.code.timeout_s must be > 0"),
+        (cfg.model.lora.rank >= 0, "model.lora.rank must be >= 0 (0: no LoRA)"),
+        (cfg.model.lora.rank == 0 or cfg.rollout.vllm_sleep_level != 2,
+         ("rollout.vllm_sleep_level=2 drops vLLM's base weights, which a LoRA sync does not resend; "
+          "use rollout.vllm_sleep_level=1 with model.lora")),
         (re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg.model.device) is not None,
          f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N"),
     ]

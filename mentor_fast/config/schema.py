@@ -24,6 +24,21 @@ class ConfigError(ValueError):
 
 
 @dataclass
+class LoraConfig:
+    rank: int = 0
+    """LoRA rank r (peft); 0: full fine-tuning. The base weights are frozen and only the adapters
+    train; with rollout.engine=vllm the engine serves them as a vLLM LoRA adapter, so a weight sync
+    moves only the adapter (vLLM takes r in 1, 8, 16, 32, 64, 128, 256, 320, 512)."""
+    alpha: float = 32.0
+    """LoRA alpha: the adapter's output is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input (0 keeps the trainer's log-probs equal to the sampler's)."""
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    """Modules that get adapters (peft's target_modules; the default: every linear of a Llama/Qwen2 block)."""
+
+
+@dataclass
 class ModelConfig:
     path: str = "smollm2-135m-instruct"
     """Local HF folder, or the name of a built-in model ("smollm2-135m-instruct", prepared from
@@ -41,6 +56,8 @@ class ModelConfig:
     """transformers attention backend ("sdpa", "eager", "flash_attention_2")."""
     ref_model: bool = False
     """Keep a frozen copy of the initial policy for the KL term (only used when loss.beta > 0)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters on the policy (peft), off at rank 0."""
     device: str = "auto"
     """Where the policy trains, and the HF engine and a `local` mentor run: "auto" (the first CUDA
     device when torch sees one, else the CPU), "cpu", "cuda" or "cuda:N"."""

@@ -19,14 +19,14 @@ def engine_dtype(cfg) -> str:
 
 
 def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: str, seed: int,
-                owns_weights: bool = False) -> RolloutEngine:
+                owns_weights: bool = False, lora_rank: int = 0) -> RolloutEngine:
     """The HF engine shares the trainer's module in-process (or, `owns_weights`, decodes from a copy
     of its own that each sync overwrites); vLLM loads `model_path` in its own engine and receives
-    weights after every optimizer step."""
+    weights after every optimizer step (with LoRA, lora_rank > 0: the adapter only)."""
     if cfg.engine == "hf":
         from mentor_fast.rollout.hf import HFEngine
 
         return HFEngine(model, tokenizer, cfg, owns_weights=owns_weights)
     from mentor_fast.rollout.vllm import VLLMEngine  # the only module that imports vllm
 
-    return VLLMEngine(model_path, tokenizer, cfg, dtype=dtype, seed=seed)
+    return VLLMEngine(model_path, tokenizer, cfg, dtype=dtype, seed=seed, lora_rank=lora_rank)

@@ -32,6 +32,11 @@ half-written) and raises EngineError. The prefix cache is reset after every sync
 KV computed by the old weights. (Salting by version would keep them parked in the cache, useless,
 since the engine can only sample from its newest weights.)
 
+LoRA (model.lora.rank > 0): the engine starts with `enable_lora` on the frozen base, and a sync
+saves the trainer's adapter as peft does (adapter_model.safetensors + adapter_config.json, MBs
+where the model is GBs) and adds it as the LoRA adapter every later generation uses
+(`add_lora`, then the previous one is removed): only the adapter moves.
+
 Sleep (rollout.vllm_sleep_level 1 or 2, GPU): the trainer calls `sleep()` before the update, so
 the update has the device's memory; level 1 offloads the weights to host memory and drops the KV
 cache, level 2 drops both (the sync rewrites every weight; vLLM keeps the buffers). The sync then
@@ -187,9 +192,11 @@ class VLLMEngine:
     supports_horizon = False
 
     def __init__(self, model_path: str | Path, tokenizer, cfg: RolloutConfig, dtype: str = "float32",
-                 seed: int = 0, prefix_caching: bool = True):
+                 seed: int = 0, prefix_caching: bool = True, lora_rank: int = 0):
         """cfg.vllm_mode: colocate (in this process) or process (a child process); see the module
-        doc. prefix_caching: off only to measure what it saves (benchmarks/bench_prefix_cache.py)."""
+        doc. prefix_caching: off only to measure what it saves (benchmarks/bench_prefix_cache.py).
+        lora_rank > 0: the policy trains LoRA adapters on the frozen base at `model_path`; the
+        engine serves the newest as a vLLM LoRA adapter and each sync moves only the adapter."""
         vllm = import_vllm()
         from vllm.platforms import current_platform
 
@@ -229,6 +236,10 @@ class VLLMEngine:
             kwargs["max_num_batched_tokens"] = max(max_len, 4096)
         elif cfg.vllm_sleep_level:
             kwargs["enable_sleep_mode"] = True  # refused on CPU ("not supported on current platform")
+        if lora_rank:
+            kwargs.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
+        self._lora_rank = lora_rank
+        self._lora_request = None  # the adapter generations use (None: the base weights)
         self._sleep_level = cfg.vllm_sleep_level
         self._asleep = False
         self._prefix_caching = prefix_caching
@@ -241,6 +252,7 @@ class VLLMEngine:
         self.kv_block_size = int(self._llm.llm_engine.vllm_config.cache_config.block_size)
         self._sync_file = ""  # process mode: the file of the sync in flight
         self.last_sync_s = 0.0
+        self.last_sync_bytes = 0  # what the last sync moved (the engine-dtype weights, or the adapter)
         self.calls: list[str] = []  # sleep / wake / sync, in order (tests read the order)
         self._seconds: dict[str, float] = {}  # timing_s/<what> since the last pop_metrics
         self._syncs_since_pop = 0
@@ -291,7 +303,7 @@ class VLLMEngine:
         try:
             outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p, _, _ in flat],
                                 [self._sampling_params(params, i) for _, params, i in flat],
-                                use_tqdm=False)
+                                use_tqdm=False, lora_request=self._lora_request)
         except Exception as e:
             dead = type(e).__name__ == "EngineDeadError"
             if dead:  # its processes are gone or wedged: release them, later calls say "closed"
@@ -309,11 +321,18 @@ class VLLMEngine:
         llm = self._live()
         timeout_s = self._cfg.weight_sync_timeout_s if timeout_s is None else timeout_s
         start = time.perf_counter()
-        state = self._weights_to_send(model)  # raises before the engine is touched
+        if self._lora_rank:
+            self._sync_adapter(llm, model, version)
+            state = None
+        else:
+            state = self._weights_to_send(model)  # raises before the engine is touched
         if self._asleep:
             self._wake(["weights"])
-        if self.mode == "colocate":
+        if state is None:
+            pass
+        elif self.mode == "colocate":
             dtype = llm.llm_engine.model_config.dtype
+            self.last_sync_bytes = sum(t.numel() for t in state.values()) * dtype.itemsize
             stream = ((name, t.to(dtype)) for name, t in state.items())  # cast on the tensor's device
             self._call_worker(llm, "mentor_fast_load_weights", (stream, self._fault_sync_delay_s),
                               start + timeout_s, timeout_s)
@@ -333,6 +352,35 @@ class VLLMEngine:
         self._add_seconds("weight_sync", self.last_sync_s)
         self._syncs_since_pop += 1
 
+    def _sync_adapter(self, llm, model, version: int) -> None:
+        """LoRA: the policy's adapter as peft saves it (a few MB where the model is GB), added to the
+        engine as the adapter every later generation uses; the previous one is removed."""
+        from vllm.lora.request import LoRARequest
+
+        adapter = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+        if not adapter or not hasattr(model, "save_pretrained"):
+            raise EngineError("weight sync: the engine serves LoRA adapters (model.lora.rank > 0) but the "
+                              "trainer's model has none (engine untouched)")
+        nbytes = sum(t.numel() * t.element_size() for t in adapter.values())
+        folder = tempfile.mkdtemp(prefix=f"mentor_fast_lora_{os.getpid()}_v{version}_", dir=_sync_dir(nbytes))
+        try:
+            model.save_pretrained(folder, safe_serialization=True)
+            request = LoRARequest(f"policy-v{version}", version, folder)
+            if not llm.llm_engine.add_lora(request):
+                raise EngineError(f"weight sync: vLLM refused the adapter in {folder}")
+        except Exception as e:
+            shutil.rmtree(folder, ignore_errors=True)
+            self.close()
+            if isinstance(e, EngineError):
+                raise
+            raise EngineError(f"weight sync: loading the LoRA adapter failed ({type(e).__name__}: {e}); "
+                              "the engine was closed") from e
+        old, self._lora_request = self._lora_request, request
+        if old is not None:
+            llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        self.last_sync_bytes = nbytes
+
     def _sync_through_file(self, llm, state: dict[str, torch.Tensor], start: float, timeout_s: float) -> None:
         """process mode: one safetensors file the worker reloads, removed afterwards."""
         from safetensors.torch import save_file
@@ -340,6 +388,7 @@ class VLLMEngine:
         dtype = llm.llm_engine.model_config.dtype
         tensors = {k: v.to("cpu", dtype).contiguous() for k, v in state.items()}
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        self.last_sync_bytes = nbytes
         self._sync_file = os.path.join(_sync_dir(nbytes), f"mentor_fast_sync_{os.getpid()}_{id(self)}.safetensors")
         try:
             try:
@@ -393,6 +442,8 @@ class VLLMEngine:
             proc.join(timeout=1.0)  # reap: a killed EngineCore stays a zombie until joined
         if self._sync_file:
             _unlink(self._sync_file)
+        if self._lora_request is not None:
+            shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
         del llm, client
         gc.collect()  # colocate: the engine's tensors live in this process
         if torch.cuda.is_available():
@@ -415,6 +466,8 @@ class VLLMEngine:
             if q:
                 out[f"{_HIT_RATE}/{tag}"] = h / q
         out.update({f"timing_s/{k}": v for k, v in self._seconds.items()})
+        if self._syncs_since_pop:
+            out["rollout/weight_sync_mb"] = self.last_sync_bytes / 2**20
         self._tally, self._seconds = {}, {}
         self._syncs_since_pop = 0
         return out
