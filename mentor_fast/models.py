@@ -266,3 +266,42 @@ def apply_lora(model, cfg, adapter: Path | None = None):
 
 def is_adapter_folder(path: Path) -> bool:
     return (Path(path) / "adapter_config.json").is_file()
+
+
+LIGER_PATCHES = {"rope": True, "rms_norm": True, "swiglu": True,
+                 "cross_entropy": False, "fused_linear_cross_entropy": False}  # the head is ours
+
+
+def apply_liger(model, mode: str, device: torch.device) -> bool:
+    """Liger's RMSNorm / SwiGLU / RoPE kernels on `model` in place (model.liger); True if applied.
+    auto applies them where they can run (liger-kernel installed, CUDA, a model type Liger knows)
+    and says nothing otherwise; on makes each of those an error that names the key."""
+    if mode == "off":
+        return False
+    reason = None
+    if importlib.util.find_spec("liger_kernel") is None:
+        reason = "liger-kernel is not installed (pip install liger-kernel)"
+    elif device.type != "cuda":
+        reason = f"its kernels are Triton GPU kernels and the policy trains on {device}"
+    else:
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+        if model.config.model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
+            reason = f"Liger has no kernels for model type {model.config.model_type!r}"
+    if reason is not None:
+        if mode == "on":
+            raise ModelError(f"model.liger=on: {reason}; set model.liger=auto or off")
+        return False
+    patch_liger(model)
+    return True
+
+
+def patch_liger(model) -> None:
+    """The patch itself: Liger's apply function for the model's type, on this instance."""
+    import inspect
+
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    fn = MODEL_TYPE_TO_APPLY_LIGER_FN[model.config.model_type]
+    known = inspect.signature(fn).parameters
+    fn(model=model, **{k: v for k, v in LIGER_PATCHES.items() if k in known})

@@ -42,6 +42,7 @@ from mentor_fast.method import Method, NoMethod, RolloutPlan
 from mentor_fast.metrics import MetricsLogger, peak_mem_gb, reduce_metrics, to_scalars, write_report
 from mentor_fast.models import (
     ModelError,
+    apply_liger,
     apply_lora,
     load_policy,
     load_tokenizer,
@@ -115,6 +116,8 @@ class Trainer:
         if self.device.type == "cuda" and cfg.model.tf32:
             torch.set_float32_matmul_precision("high")  # TF32 tensor cores for what stays fp32
         self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation)
+        if apply_liger(self.model, cfg.model.liger, self.device) and self.dist.is_main:
+            print("liger: RMSNorm, SwiGLU and RoPE kernels on the policy", flush=True)
         if lora:
             self.model = apply_lora(self.model, cfg.model.lora, adapter=ckpt / "policy" if ckpt else None)
         self.model.to(self.device)

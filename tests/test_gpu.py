@@ -203,7 +203,7 @@ def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch):
     for impl in ("reference", "fused"):
         cfg = load_config(["configs/tiny_test.yaml"], [
             f"output_dir={tmp_path / impl}", "model.device=cuda", f"loss.impl={impl}", "trainer.max_steps=3",
-            "trainer.tensorboard=false", "trainer.progress=false",
+            "trainer.tensorboard=false", "trainer.progress=false", "model.tf32=false", "model.liger=off",
             'reward.functions=["gpu_tiny_rewards:shorter_is_better"]'])
         rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
     assert [r["step"] for r in rows["fused"]] == [r["step"] for r in rows["reference"]] == [1, 2, 3]
@@ -212,3 +212,82 @@ def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch):
         assert fused["reward/mean"] == ref["reward/mean"], f"step {ref['step']}: different samples"
         for key in ("loss", "grad_norm", "entropy"):
             assert fused[key] == pytest.approx(ref[key], rel=1e-4, abs=1e-6), (ref["step"], key)
+
+
+def test_bf16_head_on_fp32_master_weights_native_path():
+    """compute_dtype=bf16 with fp32 hidden and master weight on CUDA: bf16 GEMMs with fp32 output
+    (torch.mm out_dtype), fp32 dW. Within the rule of the bf16-rounded inputs; dW's error is far
+    below one bf16 rounding of dW (the gradient reaches the master weight unrounded)."""
+    bf = torch.bfloat16
+    case = {"temperature": 0.7, "beta": 0.1, "kl_estimator": "k3"}
+    b = make_batch(N, H, V, seqs=16, seed=31, temperature=0.7)
+    kw = {**case, "ref_logp": b["ref_logp"]}
+    fp64 = {**b, "hidden": b["hidden"].to(bf).double(), "weight": b["weight"].to(bf).double()}
+    r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64, **kw)
+    rs, dhs, dws = run_loss(grpo_loss_ref, b, torch.float32, **kw, compute_dtype=bf, logits_dtype=bf)
+    bd = _to(b, "cuda")
+    got, dh, dw = run_loss(grpo_loss, bd, torch.float32, **{**kw, "ref_logp": bd["ref_logp"]},
+                           compute_dtype=bf, chunk_tokens=CHUNK)
+    assert dh.dtype == torch.float32 and dw.dtype == torch.float32
+    assert_close_rule("bf16-compute loss", got.loss.cpu(), r64.loss, rs.loss, atol=tiny_atol(torch.float32, r64.loss))
+    assert_close_rule("bf16-compute logp", got.logp.cpu(), r64.logp, rs.logp, atol=tiny_atol(torch.float32, r64.logp))
+    assert_close_rule("bf16-compute dH", dh.cpu(), dh64, dhs, atol=tiny_atol(bf, dh64))
+    assert_close_rule("bf16-compute dW", dw.cpu(), dw64, dws, atol=tiny_atol(torch.float32, dw64))
+    rounding = (dw64.to(bf).double() - dw64).abs().max().item()
+    assert (dw.cpu().double() - dw64).abs().max().item() < rounding / 4
+
+
+def test_liger_patched_policy_matches_the_plain_one(tiny_model_path):
+    """Liger's RMSNorm / SwiGLU / RoPE on the tiny Llama (fp32, CUDA) against the unpatched model:
+    hidden states and parameter gradients to fp32 noise. In a subprocess: the patch is global."""
+    pytest.importorskip("liger_kernel", reason="needs liger-kernel (make gpu-wheels)")
+    import subprocess
+    import sys
+
+    code = f"""
+import copy, torch
+torch.backends.cuda.matmul.allow_tf32 = False
+from mentor_fast.models import load_policy, patch_liger
+plain = load_policy({str(tiny_model_path)!r}).cuda()
+liger = copy.deepcopy(plain)
+patch_liger(liger)
+ids = torch.randint(0, 40000, (3, 37), generator=torch.Generator().manual_seed(0)).cuda()
+out = []
+for m in (plain, liger):
+    h = m.model(input_ids=ids).last_hidden_state
+    (h.float() ** 2).mean().backward()
+    out.append((h.detach(), {{n: p.grad for n, p in m.named_parameters()}}))
+(h0, g0), (h1, g1) = out
+err_h = ((h1 - h0).abs().max() / h0.abs().max()).item()
+err_g = max(((g1[n] - g0[n]).norm() / g0[n].norm().clamp_min(1e-30)).item() for n in g0)
+assert liger.model.norm._get_name() == "LigerRMSNorm", liger.model.norm._get_name()
+print(err_h, err_g)
+assert err_h < 1e-4 and err_g < 1e-3, (err_h, err_g)
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_bf16_training_run_on_gpu_fused_matches_reference(tmp_path, monkeypatch):
+    """model.autocast_bf16 on the GPU: fp32 master weights, bf16 decoder, the bf16-operand head.
+    Fused against reference with the same rounded operands: the same samples every step (rewards
+    equal) and loss / grad_norm to 1e-3 relative (bf16 decoder activations are computed the same
+    way by both; what differs is the head's reduction order)."""
+    from mentor_fast.config import load_config
+    from mentor_fast.metrics import read_metrics
+    from mentor_fast.trainer import Trainer
+
+    (tmp_path / "gpu_tiny_rewards.py").write_text(SHAPED_REWARD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = {}
+    for impl in ("reference", "fused"):
+        cfg = load_config(["configs/tiny_test.yaml"], [
+            f"output_dir={tmp_path / impl}", "model.device=cuda", f"loss.impl={impl}", "trainer.max_steps=2",
+            "model.autocast_bf16=true", "model.liger=off", "trainer.tensorboard=false", "trainer.progress=false",
+            'reward.functions=["gpu_tiny_rewards:shorter_is_better"]'])
+        rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
+    assert rows["fused"][0]["grad_norm"] > 0
+    for ref, fused in zip(rows["reference"], rows["fused"]):
+        assert fused["reward/mean"] == ref["reward/mean"], f"step {ref['step']}: different samples"
+        for key in ("loss", "grad_norm"):
+            assert fused[key] == pytest.approx(ref[key], rel=1e-3, abs=1e-6), (ref["step"], key)
