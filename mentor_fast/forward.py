@@ -3,6 +3,10 @@
 The decoder runs over prompt + completion, then the hidden states that predict completion tokens
 are gathered into [N, H] (no padding rows) for the LM head and the loss. Two ways, the same numbers:
 - `hidden_rows`: full rows (prompt + completion, right-padded), the plain path;
+- `hidden_packed`: the same rows end to end in one row, no padding (trainer.packing): the position
+  ids restart at each sequence, so attention stays within it: flash-attn's varlen kernel under
+  attn_implementation=flash_attention_2, a block-diagonal mask with SDPA or eager (transformers
+  reads the sequence boundaries off the position ids);
 - `hidden_shared`: a group's G rows share one prompt, so each distinct prompt of a micro-batch runs
   through the decoder once and the G completions attend to its keys/values (gradients flow back
   through them), instead of G copies of the prompt forward and backward (trainer.shared_prompt_forward).
@@ -36,10 +40,13 @@ def autocast(enabled: bool, device: torch.device):
 
 
 def completion_hidden(model: torch.nn.Module, batch: TrainBatch, seqs: list[int], pad_id: int, *,
-                      share_prompts: bool, autocast_bf16: bool = False) -> MicroBatch:
-    """The shared-prompt forward when some sequences of `seqs` share a prompt, else full rows."""
+                      share_prompts: bool, autocast_bf16: bool = False, packed: bool = False) -> MicroBatch:
+    """The shared-prompt forward when some sequences of `seqs` share a prompt, else full rows
+    (packed into one row when `packed`)."""
     if share_prompts and len({batch.prompt_index[i] for i in seqs}) < len(seqs):
         return hidden_shared(model, batch, seqs, pad_id, autocast_bf16)
+    if packed:
+        return hidden_packed(model, batch, seqs, autocast_bf16)
     return hidden_rows(model, batch, seqs, pad_id, autocast_bf16)
 
 
@@ -115,3 +122,23 @@ def hidden_rows(model: torch.nn.Module, batch: TrainBatch, seqs: list[int], pad_
     rr = torch.tensor(row_idx, dtype=torch.long, device=device)
     cc = torch.tensor(col_idx, dtype=torch.long, device=device)
     return MicroBatch(hidden[rr, cc], ids[rr, cc + 1], torch.tensor(seq_index, device=device), seqs)
+
+
+def hidden_packed(model: torch.nn.Module, batch: TrainBatch, seqs: list[int],
+                  autocast_bf16: bool = False) -> MicroBatch:
+    """The rows of `seqs` end to end as one [1, T] row, T = their summed lengths (no pad tokens)."""
+    device = next(model.parameters()).device
+    rows = [batch.input_ids[i] for i in seqs]
+    ids = torch.tensor([t for r in rows for t in r], dtype=torch.long)
+    positions = torch.cat([torch.arange(len(r)) for r in rows])
+    flat_idx, seq_index, start = [], [], 0
+    for j, (i, r) in enumerate(zip(seqs, rows)):
+        p, c = int(batch.prompt_lens[i]), int(batch.completion_lens[i])
+        flat_idx.extend(range(start + p - 1, start + p + c - 1))  # position t predicts token t+1
+        seq_index.extend([j] * c)
+        start += len(r)
+    ids, positions = ids.to(device), positions.to(device)
+    with autocast(autocast_bf16, device):
+        hidden = model.get_decoder()(input_ids=ids[None], position_ids=positions[None]).last_hidden_state[0]
+    idx = torch.tensor(flat_idx, dtype=torch.long, device=device)
+    return MicroBatch(hidden[idx], ids[idx + 1], torch.tensor(seq_index, device=device), seqs)

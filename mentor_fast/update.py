@@ -32,6 +32,7 @@ import torch
 from mentor_fast.algo.batch import (
     TrainBatch,
     plan_micro_batches,
+    plan_packed_micro_batches,
     plan_shared_micro_batches,
     split_mini_batches,
 )
@@ -73,9 +74,10 @@ def loss_options(cfg: LossConfig, temperature: float, compute_dtype: torch.dtype
                        entropy_coef=cfg.entropy_coef, is_cap=0.0, compute_dtype=compute_dtype)
 
 
-def _hidden_and_head(model, batch, seqs, pad_id, share_prompts, autocast_bf16):
+def _hidden_and_head(model, batch, seqs, pad_id, share_prompts, autocast_bf16, packed=False):
     """Run inside the policy's forward: the micro-batch's hidden states and the (gathered) head."""
-    mb = completion_hidden(model, batch, seqs, pad_id, share_prompts=share_prompts, autocast_bf16=autocast_bf16)
+    mb = completion_hidden(model, batch, seqs, pad_id, share_prompts=share_prompts, autocast_bf16=autocast_bf16,
+                           packed=packed)
     return mb, head_weight(model)
 
 
@@ -134,12 +136,13 @@ class PolicyUpdater:
         if self.share_prompts:
             return plan_shared_micro_batches(batch.prompt_index, batch.prompt_lens.tolist(),
                                              batch.completion_lens.tolist(), seqs, budget)
-        return plan_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
+        plan = plan_packed_micro_batches if self.trainer_cfg.packing else plan_micro_batches
+        return plan([len(x) for x in batch.input_ids], seqs, budget)
 
     def _hidden(self, model: torch.nn.Module | None, batch: TrainBatch,
                 seqs: list[int]) -> tuple[MicroBatch, torch.Tensor]:
         """(micro-batch hidden states, LM head weight) of the policy (model None) or the reference."""
-        args = (batch, seqs, self.pad_id, self.share_prompts, self.autocast_bf16)
+        args = (batch, seqs, self.pad_id, self.share_prompts, self.autocast_bf16, self.trainer_cfg.packing)
         return self.policy(_hidden_and_head, *args) if model is None else _hidden_and_head(model, *args)
 
     def _idle(self, grad: bool) -> None:

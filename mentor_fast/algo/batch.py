@@ -75,6 +75,23 @@ def plan_micro_batches(lengths: list[int], indices: list[int], token_budget: int
     return plans
 
 
+def plan_packed_micro_batches(lengths: list[int], indices: list[int], token_budget: int) -> list[list[int]]:
+    """Micro-batches of packed rows (no padding): each holds sequences whose lengths sum to at most
+    token_budget, longest first, each put in the first micro-batch it fits (first-fit decreasing).
+    A sequence longer than the budget gets a micro-batch of its own."""
+    plans: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(indices, key=lambda i: -lengths[i]):
+        k = next((k for k, r in enumerate(room) if lengths[i] <= r), None)
+        if k is None:
+            plans.append([i])
+            room.append(token_budget - lengths[i])
+        else:
+            plans[k].append(i)
+            room[k] -= lengths[i]
+    return plans
+
+
 def plan_shared_micro_batches(
     prompt_index: list[int], prompt_lens: list[int], completion_lens: list[int], indices: list[int],
     token_budget: int,

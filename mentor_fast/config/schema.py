@@ -277,6 +277,10 @@ class TrainerConfig:
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
     micro_batch_tokens: int = 2048
     """Token budget (prompt + completion, padded) per forward/backward micro-batch."""
+    packing: bool = False
+    """Full-row micro-batches as one packed row with no padding (the budget counts real tokens):
+    flash-attn's varlen kernel with model.attn_implementation=flash_attention_2, a block-diagonal
+    mask with SDPA. Micro-batches whose prompts are shared still take the shared-prompt forward."""
     shared_prompt_forward: bool = True
     """Run each distinct prompt of a micro-batch through the decoder once; its completions attend to
     its keys/values (exact). Off under gradient checkpointing."""
