@@ -42,13 +42,17 @@ from mentor_fast.config import LossConfig, OptimConfig, TrainerConfig
 from mentor_fast.dist import Dist
 from mentor_fast.forward import MicroBatch, completion_hidden
 from mentor_fast.kernels import GRPOOptions, grpo_loss, sequence_weights, token_logprobs
+from mentor_fast.optim import AdamWBF16States
 from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
 from mentor_fast.types import TokenWeighting
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, max_steps: int):
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    if cfg.state_dtype == "bfloat16":
+        optimizer = AdamWBF16States(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
 
     def factor(step: int) -> float:
         if cfg.warmup_steps and step < cfg.warmup_steps:
