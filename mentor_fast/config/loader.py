@@ -238,6 +238,13 @@ def validate(cfg: RunConfig) -> None:
          "mentor.reroll.horizon needs rollout.engine=hf (the vllm engine cannot cut rows mid-call)"),
         (m.reroll.horizon == 0 or m.async_,
          "mentor.reroll.horizon needs mentor.async=true (it cuts the round that rides in the next step's call)"),
+        (m.reroll.when == "next_step" or (m.async_ and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_sleep_level == 0),
+         ("mentor.reroll.when=during_update needs mentor.async=true, rollout.engine=vllm (the HF engine decodes "
+          "with the module the update trains) and rollout.vllm_sleep_level=0 (a sleeping engine cannot generate)")),
+        (m.reroll.when == "next_step" or m.reroll.budget == "extra",
+         "mentor.reroll.budget=shared takes rows of the next step's call; with reroll.when=during_update use extra"),
+        (m.reroll.when == "next_step" or m.reroll.horizon == 0,
+         "mentor.reroll.horizon cuts the round riding in the next step's call; not with reroll.when=during_update"),
         (m.reroll.budget == "extra" or m.async_,
          ("mentor.reroll.budget=shared needs mentor.async=true (only a re-roll round that rides in the "
           "next step's generate call can take that step's rows)")),

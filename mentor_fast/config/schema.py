@@ -388,6 +388,13 @@ class RerollConfig:
     still running when the call's initial rollouts have all ended may decode up to this many times
     the longest of them, then is cut and dropped (mentor/rerolls_cut). 0: off; else >= 1. Cuts bias
     the re-rolls that count toward short ones. Not with loss.mode=group, which needs a full group."""
+    when: Literal["next_step", "during_update"] = "next_step"
+    """Async: when the first re-roll round of step t's hints is generated. next_step: in step t+1's
+    initial generate call, by the updated policy (on-policy; the only choice with a colocated,
+    sleeping engine, where nothing generates during the update). during_update: in the background
+    while step t's update runs, by the policy before it (one version off-policy, within
+    max_staleness, corrected by loss.is_cap): the overlap an engine on GPUs of its own allows
+    (rollout.engine=vllm, vllm_sleep_level=0). Later rounds run at t+1 either way."""
     budget: Literal["extra", "shared"] = "extra"
     """Async: where the riding round's rows come from. extra: on top of the step's prompts_per_step
     x num_generations rows. shared: out of them; the step draws its prompts as usual and skips the

@@ -24,6 +24,7 @@ scheduler's memory is the same everywhere; mentor.jsonl rows are gathered to ran
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -42,7 +43,9 @@ from mentor_fast.types import Group, GroupSummary, Problem, Rollout, Sample
 
 @dataclass
 class _Pending:
-    """Hints being written (or written) in the background for step `step`'s all-fail groups."""
+    """Hints being written (or written) in the background for step `step`'s all-fail groups; with
+    reroll.when=during_update, their first round generated there too. The future's result is
+    (interventions, request, samples), the last two None when the round rides in the next call."""
 
     future: Future
     groups: list[Group]
@@ -58,6 +61,7 @@ class _Riding:
     step: int
     wait_s: float  # how long the trainer waited for them
     request: RerollRequest
+    samples: list[list[Sample]] | None = None  # generated during the last update (None: riding)
 
 
 class MentorMethod:
@@ -76,9 +80,11 @@ class MentorMethod:
         self.num_generations, self.dump_path = num_generations, dump_path
         self.dist = dist or Dist()
         self._rows: list[dict] = []  # this step's mentor.jsonl rows
-        # backend=self writes hints with the policy itself, so it cannot run beside the update.
+        # backend=self writes hints with the policy itself, so it cannot run beside the update; the
+        # re-rolls of reroll.when=during_update can (the engine then has GPUs of its own).
+        self._during_update = cfg.async_ and cfg.reroll.when == "during_update"
         self._pool = (ThreadPoolExecutor(1, thread_name_prefix="mentor")
-                      if cfg.async_ and cfg.agents.backend != "self" else None)
+                      if cfg.async_ and (cfg.agents.backend != "self" or self._during_update) else None)
         self._pending: _Pending | None = None
         self._riding: _Riding | None = None
 
@@ -90,12 +96,15 @@ class MentorMethod:
             return RolloutPlan(problems, metrics=metrics)
         request = riding.request
         rows = len(request.prompts) * request.params.n
+        self._riding = riding
+        if riding.samples is not None:  # generated during the last update: nothing rides
+            metrics["mentor/background_rerolls"] = float(rows)
+            return RolloutPlan(problems, metrics=metrics)
         metrics["mentor/merged_rerolls"] = float(rows)
         if self.cfg.reroll.budget == "shared":  # the re-rolls take the rows of the last prompts
             skip = min(math.ceil(rows / self.num_generations), len(problems) - 1)
             problems = problems[: len(problems) - skip]
             metrics["mentor/prompts_skipped"] = float(skip)
-        self._riding = riding
         return RolloutPlan(problems, riders=[(request.prompts, request.params)], horizon=self.cfg.reroll.horizon,
                            metrics=metrics)
 
@@ -113,8 +122,9 @@ class MentorMethod:
         carried: list[Group] = []
         if self._riding is not None:
             r, self._riding = self._riding, None
+            first = r.samples if r.samples is not None else rider_samples[0]
             self.mentor.reroll(r.interventions, self._generate, self.score, self.sampling(r.step, 1), version,
-                               first=(r.request, rider_samples[0]))
+                               first=(r.request, first))
             out = self.mentor.finish(r.groups, r.interventions, r.step)
             rescued = {iv.group.group_id for iv in r.interventions if iv.rescued}
             carried = [g for g in out.groups if g.group_id in rescued]
@@ -127,13 +137,29 @@ class MentorMethod:
         self.mentor.scheduler.exchange(self.dist)  # every rank's outcomes before the next plan
         self._flush_rows()
         plan = self.mentor.plan(groups, step, self._everyone(groups))  # here: it may gather across ranks
+        if self.cfg.agents.backend == "self":  # written now, on the trainer's thread
+            written = self.mentor.write_hints(groups, step, plan)
+            hints = lambda: written
+        else:  # written in the pool, beside the update
+            hints = functools.partial(self.mentor.write_hints, groups, step, plan)
         if self._pool is not None:
-            future = self._pool.submit(self.mentor.write_hints, groups, step, plan)
-        else:  # backend=self: written now, on the trainer's thread
+            future = self._pool.submit(self._background, hints, step)
+        else:
             future = Future()
-            future.set_result(self.mentor.write_hints(groups, step, plan))
+            future.set_result((hints(), None, None))
         self._pending = _Pending(future, groups, step)
         return groups + carried, metrics
+
+    def _background(self, hints: Callable[[], list[Intervention]], step: int):
+        """The pool's job: the hints, and with reroll.when=during_update their first round, sampled
+        by the policy of this step (the engine serves it until the update's sync, which waits for
+        this call: the engine runs one call at a time)."""
+        interventions = hints()
+        if not self._during_update:
+            return interventions, None, None
+        request = self.mentor.first_round(interventions, self.sampling(step, 1))
+        samples = self.engine.generate_many([(request.prompts, request.params)], tag="reroll")[0]
+        return interventions, request, samples
 
     def _everyone(self, groups: list[Group]) -> list[GroupSummary] | None:
         """Every rank's groups, in rank order, for the scheduler (None on one rank)."""
@@ -149,15 +175,16 @@ class MentorMethod:
             return None
         p, self._pending = self._pending, None
         t0 = time.perf_counter()
-        interventions = p.future.result(timeout=self.cfg.agents.timeout_s)
+        interventions, request, samples = p.future.result(timeout=self.cfg.agents.timeout_s)
         wait_s = time.perf_counter() - t0
         lag = version - min((r.policy_version for g in p.groups for r in g.rollouts), default=version)
         if lag > self.cfg.reroll.max_staleness:  # too old to learn from on-policy: drop, and say so
             metrics["mentor/stale_dropped"] = float(len(interventions))
             self.mentor.drop_pending(p.step)
             return None
-        request = self.mentor.first_round(interventions, self.sampling(p.step, 1))
-        return _Riding(interventions, p.groups, p.step, wait_s, request)
+        if request is None:
+            request = self.mentor.first_round(interventions, self.sampling(p.step, 1))
+        return _Riding(interventions, p.groups, p.step, wait_s, request, samples)
 
     def _generate(self, prompts: list[list[int]], params) -> list[list[Sample]]:
         """Later re-roll rounds (and every round when sync): an engine call of their own."""
@@ -182,7 +209,8 @@ class MentorMethod:
         pending = None
         if self._pending is not None:  # the mentor queue: hints written for the last step's failures
             p = self._pending
-            pending = {"interventions": p.future.result(), "groups": p.groups, "step": p.step,
+            # a background round's samples are not kept: a resumed run re-rolls in the next call
+            pending = {"interventions": p.future.result()[0], "groups": p.groups, "step": p.step,
                        **self.mentor.pending_state(p.step)}
         return {"mentor": self.mentor.state_dict(), "pending": pending}
 
@@ -193,7 +221,7 @@ class MentorMethod:
         pending = state.get("pending")
         if pending is not None:
             done: Future = Future()
-            done.set_result(pending["interventions"])
+            done.set_result((pending["interventions"], None, None))
             self._pending = _Pending(done, pending["groups"], pending["step"])
             self.mentor.restore_pending(pending["step"], pending)
 

@@ -259,6 +259,9 @@ class VLLMEngine:
         self._tally: dict[str, list[int]] = {}  # tag -> [queries, hits] since the last pop_metrics
         self.cache_totals: dict[str, list[int]] = {}  # tag -> [queries, hits] since start
         self._fault_sync_delay_s = 0.0  # test hook: makes the worker hang inside a sync
+        # One engine call at a time: a background re-roll (mentor.reroll.when=during_update) and the
+        # sync after the update take turns; the sync waits for the re-roll sampled by the old weights.
+        self._lock = threading.RLock()
         self._warned_top_p = False
 
     # --- protocol ---------------------------------------------------------------------------
@@ -285,6 +288,10 @@ class VLLMEngine:
         """Several requests in one `LLM.generate` call (one schedule, one batch); each prompt keeps
         the seed its own `generate` call would give it. No horizon: vLLM's scheduler finishes what
         it admitted (`supports_horizon` is False)."""
+        with self._lock:
+            return self._generate_many(requests, tag=tag, horizon=horizon)
+
+    def _generate_many(self, requests: list[Request], *, tag: str, horizon: float) -> list[list[list[Sample]]]:
         if horizon:
             raise ValueError("the vllm engine cannot cut rows mid-call (horizon); use rollout.engine=hf")
         llm = self._live()
@@ -318,6 +325,10 @@ class VLLMEngine:
     def update_weights(self, model: torch.nn.Module, version: int, timeout_s: float | None = None) -> None:
         """Push `model`'s weights; afterwards generations use them and `policy_version == version`.
         A sleeping engine wakes its weights first and its KV cache after (module doc)."""
+        with self._lock:
+            self._update_weights(model, version, timeout_s)
+
+    def _update_weights(self, model: torch.nn.Module, version: int, timeout_s: float | None) -> None:
         llm = self._live()
         timeout_s = self._cfg.weight_sync_timeout_s if timeout_s is None else timeout_s
         start = time.perf_counter()
@@ -408,6 +419,10 @@ class VLLMEngine:
     def sleep(self) -> None:
         """Free the device for the update (rollout.vllm_sleep_level; no-op at 0). The next
         update_weights wakes the engine, and so does a generate call before it."""
+        with self._lock:
+            self._sleep()
+
+    def _sleep(self) -> None:
         if not self._sleep_level or self._asleep:
             return
         t0 = time.perf_counter()
