@@ -8,6 +8,12 @@ accumulation and fp32 logits inside. Rows, each forward + backward (hidden -> lo
 - floor_3gemm: the bare 3 GEMMs, z = h W^T (fp32 out), dH = dz W, dW = dz^T h (fp32 out), dz a bf16
   [N, V] made beforehand: 6NHV FLOPs, no loss math; the floor for every row below it;
 - fused: mentor_fast.kernels.grpo_loss, backend None (CUDA -> the Triton row kernel);
+- fused_bf16_fp32m: the same on fp32 hidden and weight (the fp32 master weight of a model.autocast_bf16
+  run; the same draws as the bf16 inputs, unrounded) with compute_dtype=torch.bfloat16: bf16 GEMM
+  operands, fp32 accumulation and logits, an fp32 dW. Besides the timing, its loss, dH and dW on the
+  first CHECK_ROWS rows against grpo_loss_ref in fp64 on the bf16-rounded inputs, under the tests'
+  rule (kernels/testing.py: within 2x the error of torch at the same precision, bf16 logits, plus a
+  tiny atol); the row says "within tolerance" or fails the run;
 - naive: grpo_loss_ref, materialised logits (the GEMM in the input dtype, as a model returning bf16
   logits does), fp32 log-softmax, autograd;
 - liger: liger-kernel's LigerFusedLinearGRPOLoss (compiled=True, loss_type dapo = our token mean,
@@ -24,7 +30,8 @@ naive row (relative L2); a fused row more than 5% off fails the run (exit 1).
 
 CPU (--tiny): N=256, H=64, V=1,000 in fp32, the torch paths; perf_counter timing, no memory column.
 The Triton and Liger rows are skipped with the reason unless TRITON_INTERPRET=1 is set (then they run
-through the interpreter / without torch.compile, slowly). Prints one table and writes JSON.
+through the interpreter / without torch.compile, slowly). fused_bf16_fp32m runs the torch path (bf16-
+rounded operands, fp32 GEMMs: the same numbers). Prints one table and writes JSON.
 """
 
 from __future__ import annotations
@@ -48,11 +55,13 @@ from mentor_fast.kernels import (
     token_logprobs,
     token_logprobs_ref,
 )
+from mentor_fast.kernels.testing import run_loss, tiny_atol
 
 GPU_SHAPE = (16384, 2048, 151936)
 TINY_SHAPE = (256, 64, 1000)
 _FALLBACKS: set[str] = set()
 MISMATCH = 0.05  # a fused row whose loss, dH or dW is this far from the naive row fails the run
+CHECK_ROWS = 512  # rows of the fp64 check of the bf16-compute row (fp64 [rows, V] logits: 0.6 GB at V=152k)
 
 
 def _version(pkg: str) -> str | None:
@@ -196,6 +205,8 @@ def variants(x, device, interpret: bool) -> list[dict]:
                      "skip": None if triton_ok else ("triton is not installed" if _version("triton") is None
                                                      else "no CUDA; set TRITON_INTERPRET=1 to interpret it")})
 
+    rows.append(_bf16_master_row(x, device))
+
     def naive():
         h, w = _leaves(x)
         try:  # logits in the model dtype (a bf16 GEMM on GPU), upcast for the log-softmax, as a trainer does
@@ -221,6 +232,80 @@ def variants(x, device, interpret: bool) -> list[dict]:
     rows.append(_inplace_row(x, device))
     rows.append(_liger_row(x, device, interpret, nhv))  # last: torch.compile takes the longest
     return rows
+
+
+def _master_weights(x, device, seed=0):
+    """fp32 hidden and weight as a bf16-compute run holds them: make_inputs' draws before the rounding
+    (so they round to exactly x's bf16 inputs, and the naive row is the same problem)."""
+    if x["hidden"].dtype == torch.float32:
+        return x["hidden"], x["weight"]
+    (n, h), v = x["hidden"].shape, x["weight"].shape[0]
+    g = torch.Generator().manual_seed(seed)
+    hid = (torch.randn(n, h, generator=g) * 0.5).to(device)
+    w = (torch.randn(v, h, generator=g) * 0.02).to(device)
+    if not torch.equal(hid.to(x["hidden"].dtype), x["hidden"]):
+        raise RuntimeError("_master_weights: make_inputs' draws changed; keep the two in step")
+    return hid, w
+
+
+def _within_rule(got, ref64, same_prec, atol: float) -> tuple[float, float, bool]:
+    """(max |got - ref64|, max |same_prec - ref64|, the rule of kernels/testing.assert_close_rule:
+    |got - ref64| <= 2 |same_prec - ref64| + atol everywhere), with few temporaries of the
+    tensor's size (dW is [V, H])."""
+    ref64 = ref64.detach()
+    got, same_prec = got.detach().to(ref64.device, torch.float64), same_prec.detach().to(ref64.device, torch.float64)
+    err = (got - ref64).abs_()
+    del got
+    base = (same_prec - ref64).abs_()
+    del same_prec
+    ok = bool((err <= base.mul(2.0).add_(atol)).all())
+    return float(err.max()), float(base.max()), ok
+
+
+def _bf16_master_row(x, device) -> dict:
+    """grpo_loss on fp32 hidden + weight with compute_dtype=bf16 (bf16 operands, fp32 accumulation
+    and logits, fp32 dW for the master weight), and its check against fp64 on the bf16-rounded
+    inputs (tests/test_kernels.py::test_grpo_loss_bf16_compute_fp32_master builds it the same way)."""
+    bf = torch.bfloat16
+    n, hdim = x["hidden"].shape
+    v = x["weight"].shape[0]
+
+    def setup():
+        hid32, w32 = _master_weights(x, device)
+
+        def run():
+            h, w = hid32.detach().requires_grad_(), w32.detach().requires_grad_()
+            out = grpo_loss(h, w, *_lw(x), compute_dtype=bf)
+            out.loss.backward()
+            return out.loss.detach(), h.grad, w.grad
+
+        def check():
+            rows = min(CHECK_ROWS, n)
+            b = {"hidden": hid32[:rows], "weight": w32, "targets": x["targets"][:rows],
+                 "old_logp": x["old_logp"][:rows], "advantages": x["advantages"][:rows],
+                 "token_weights": torch.full((rows,), 1.0 / rows, device=device)}
+            fp64 = {**b, "hidden": b["hidden"].to(bf).double(), "weight": w32.to(bf).double()}
+            r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64)
+            del fp64
+            rs, dhs, dws = run_loss(grpo_loss_ref, b, torch.float32, compute_dtype=bf, logits_dtype=bf)
+            out, dh, dw = run_loss(grpo_loss, b, torch.float32, compute_dtype=bf)
+            res, ok = {}, dh.dtype == torch.float32 and dw.dtype == torch.float32
+            for name, got, ref, same in (("loss", out.loss, r64.loss, rs.loss), ("dH", dh, dh64, dhs),
+                                         ("dW", dw, dw64, dws)):
+                err, base, good = _within_rule(got, ref, same, tiny_atol(torch.float32, ref))
+                res[name] = {"max_err": err, "same_precision_max_err": base, "ok": good}
+                ok &= good
+            # an fp32 dW is well below one bf16 rounding of dW (a dW rounded to bf16 is at 1); reported
+            rounding = float((dw64.to(bf).double() - dw64).abs_().max())
+            res["dW_err_over_bf16_rounding"] = res["dW"]["max_err"] / max(rounding, 1e-300)
+            grads = f"dH {str(dh.dtype).replace('torch.', '')}, dW {str(dw.dtype).replace('torch.', '')}"
+            return {"vs_fp64": res, "within_tolerance": ok, "check_rows": rows, "grad_dtypes": grads}
+        return {"fn": run, "check": check}
+
+    backend = "triton" if device.type == "cuda" else "torch (chunked)"
+    return {"name": "fused_bf16_fp32m", "setup": setup, "flops": 6.0 * n * hdim * v, "floor": "floor_3gemm",
+            "ours": True, "inputs": "float32 in, bf16 compute",
+            "note": f"grpo_loss(compute_dtype=bf16) on fp32 hidden + weight, backend {backend}; fp32 dW"}
 
 
 def _liger_row(x, device, interpret, nhv) -> dict:
@@ -298,7 +383,7 @@ def run_rows(rows, device, args, machine, t0) -> list[dict]:
                     before()
                 fn()
             out, mem = peak_extra(fn, device, before)
-            if r["name"] in ("fused", "naive", "liger", "fused_triton"):
+            if r["name"] in ("fused", "naive", "liger", "fused_triton", "fused_bf16_fp32m"):
                 outs[r["name"]] = out
             del out
             res |= time_fn(fn, device, iters, 0, before)
@@ -313,11 +398,20 @@ def run_rows(rows, device, args, machine, t0) -> list[dict]:
                 res["restore_copy_ms"] = c["median_ms"]
                 res["copy_gbps"] = r["copy_bytes"] / (c["median_ms"] * 1e6)
                 del dst, src
+            if r.get("check"):  # accuracy against fp64, after the timing
+                res |= r["check"]()
+                if not res["within_tolerance"]:
+                    res["error"] = "OUT OF TOLERANCE vs fp64: " + ", ".join([
+                        f"{k} max err {v['max_err']:.2e} (same-precision torch {v['same_precision_max_err']:.2e})"
+                        for k, v in res["vs_fp64"].items() if isinstance(v, dict) and not v["ok"]]
+                        + [f"gradients {res['grad_dtypes']} (want float32)"])
+            if r.get("inputs"):
+                res["inputs"] = r["inputs"]
             res["_floor"] = r.get("floor")
             res["_ours"] = bool(r.get("ours"))
         except Exception as e:  # noqa: BLE001 - report it in the row and go on
             res["error"] = f"{type(e).__name__}: {str(e)[:200]}"
-        for k in ("fn", "before", "copy_src", "setup"):  # free the row's buffers before the next one
+        for k in ("fn", "before", "copy_src", "setup", "check"):  # free the row's buffers before the next one
             r.pop(k, None)
         results.append(res)
         if device.type == "cuda":
@@ -338,7 +432,7 @@ def _agreement(results, outs) -> None:
         res["vs_naive"] = {"loss": abs(float(o[0]) - float(ref[0])) / max(abs(float(ref[0])), 1e-30),
                            "dH": _rel(o[1], ref[1]), "dW": _rel(o[2], ref[2])}
         if res.get("_ours") and max(v for v in res["vs_naive"].values() if v is not None) > MISMATCH:
-            res["error"] = f"MISMATCH vs naive: {res['vs_naive']}"
+            res["error"] = "; ".join(filter(None, (res.get("error"), f"MISMATCH vs naive: {res['vs_naive']}")))
 
 
 def logp_error(x, rows=512) -> float:
@@ -347,6 +441,15 @@ def logp_error(x, rows=512) -> float:
     got = token_logprobs(x["hidden"][sl], x["weight"], x["targets"][sl])
     ref = token_logprobs_ref(x["hidden"][sl].double(), x["weight"].double(), x["targets"][sl]).logp
     return float((got.double() - ref).abs().max())
+
+
+def fp64_summary(r: dict) -> str:
+    """One line for a row with an fp64 check (gpu_check.sh's table prints the same words)."""
+    v = r["vs_fp64"]
+    return (f"vs fp64 on bf16-rounded inputs ({r['check_rows']} rows): max err loss {v['loss']['max_err']:.1e}, "
+            f"dH {v['dH']['max_err']:.1e}, dW {v['dW']['max_err']:.1e} ({v['dW_err_over_bf16_rounding']:.2f} of one "
+            f"bf16 rounding of dW; {r['grad_dtypes']}): "
+            + ("within tolerance" if r["within_tolerance"] else "OUT OF TOLERANCE"))
 
 
 def report(results, machine, shape, dtype, wall, extra) -> str:
@@ -379,6 +482,8 @@ def report(results, machine, shape, dtype, wall, extra) -> str:
         xf = f"{r['x_floor']:8.3f}" if r.get("x_floor") else f"{'-':>8s}"
         lines.append(f"{r['variant']:16s} {r['median_ms']:10.2f} {r['p20_ms']:8.2f} {r['p80_ms']:8.2f} {xf} {tfl} "
                      f"{mem:>9s}  {agree:22s} {note}")
+        if r.get("vs_fp64"):
+            lines.append(f"{'':16s} {fp64_summary(r)}")
         if r.get("error"):
             lines.append(f"{'':16s} ERROR: {r['error']}")
     return "\n".join(lines)
