@@ -1,4 +1,4 @@
-"""`mentor-fast train | sft | eval | bench | prepare-model`."""
+"""`mentor-fast train | sft | eval | bench | serve | prepare-model`."""
 
 from __future__ import annotations
 
@@ -100,7 +100,14 @@ def _bench(argv: list[str]) -> int:
     return main(argv) or 0
 
 
-COMMANDS = {"train": _train, "sft": _sft, "eval": _eval, "bench": _bench, "prepare-model": _prepare_model}
+def _serve(argv: list[str]) -> int:
+    from mentor_fast.rollout.server import serve_main
+
+    return serve_main(argv)
+
+
+COMMANDS = {"train": _train, "sft": _sft, "eval": _eval, "bench": _bench, "serve": _serve,
+            "prepare-model": _prepare_model}
 HELP = """usage: mentor-fast COMMAND [options]   (mentor-fast COMMAND --help for its options)
 
 A single-node GRPO trainer with fused kernels and MENTOR (hints for groups whose rollouts all fail).
@@ -111,6 +118,7 @@ commands:
   sft            a supervised warm-up on the data's worked solutions (the demo's first stage)
   eval           sampled pass@k of a policy on held-out problems, optionally with a mentor hint
   bench          end-to-end step time of trainer variants (and TRL's), alternated, in fresh processes
+  serve          a vLLM rollout engine in a process of its own, for rollout.vllm_mode=server
   prepare-model  dequantize the embedded SmolLM2-135M-Instruct once into the cache
 
 configuration keys: docs/config.md

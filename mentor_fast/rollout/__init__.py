@@ -27,6 +27,10 @@ def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: s
         from mentor_fast.rollout.hf import HFEngine
 
         return HFEngine(model, tokenizer, cfg, owns_weights=owns_weights)
+    if cfg.vllm_mode == "server":  # vLLM in a process of its own (mentor-fast serve): no vllm import here
+        from mentor_fast.rollout.server import ServerEngine
+
+        return ServerEngine(cfg, model_path, lora_rank=lora_rank)
     from mentor_fast.rollout.vllm import VLLMEngine  # the only module that imports vllm
 
     return VLLMEngine(model_path, tokenizer, cfg, dtype=dtype, seed=seed, lora_rank=lora_rank)

@@ -366,8 +366,6 @@ class VLLMEngine:
     def _sync_adapter(self, llm, model, version: int) -> None:
         """LoRA: the policy's adapter as peft saves it (a few MB where the model is GB), added to the
         engine as the adapter every later generation uses; the previous one is removed."""
-        from vllm.lora.request import LoRARequest
-
         adapter = {k: v for k, v in model.state_dict().items() if "lora_" in k}
         if not adapter or not hasattr(model, "save_pretrained"):
             raise EngineError("weight sync: the engine serves LoRA adapters (model.lora.rank > 0) but the "
@@ -376,7 +374,37 @@ class VLLMEngine:
         folder = tempfile.mkdtemp(prefix=f"mentor_fast_lora_{os.getpid()}_v{version}_", dir=_sync_dir(nbytes))
         try:
             model.save_pretrained(folder, safe_serialization=True)
-            request = LoRARequest(f"policy-v{version}", version, folder)
+        except Exception:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self._add_adapter(llm, folder, version, nbytes)
+
+    def load_adapter(self, folder: str, version: int) -> None:
+        """A peft adapter folder saved elsewhere (server mode): copied into the engine's own, then
+        loaded as `update_weights` loads the trainer's."""
+        with self._lock:
+            llm = self._live()
+            if not self._lora_rank:
+                raise EngineError("this engine was started without LoRA (mentor-fast serve --lora-rank R)")
+            own = tempfile.mkdtemp(prefix=f"mentor_fast_lora_{os.getpid()}_v{version}_")
+            shutil.copytree(folder, own, dirs_exist_ok=True)
+            start = time.perf_counter()
+            self._add_adapter(llm, own, version, sum(f.stat().st_size for f in Path(own).iterdir()))
+            self._version = version
+            self.last_sync_s = time.perf_counter() - start
+            self._add_seconds("weight_sync", self.last_sync_s)
+            self._syncs_since_pop += 1
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self._live().llm_engine.model_config.dtype).removeprefix("torch.")
+
+    def _add_adapter(self, llm, folder: str, version: int, nbytes: int) -> None:
+        """Add the adapter in `folder` (the engine's from now on) and drop the previous one."""
+        from vllm.lora.request import LoRARequest
+
+        try:
+            request = LoRARequest(f"policy-v{version}", version + 1, folder)  # vLLM's ids start at 1
             if not llm.llm_engine.add_lora(request):
                 raise EngineError(f"weight sync: vLLM refused the adapter in {folder}")
         except Exception as e:
