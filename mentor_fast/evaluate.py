@@ -216,16 +216,31 @@ def _parser() -> argparse.ArgumentParser:
 
 def _model_folder(checkpoint: str | None, model_path: str) -> tuple[Path, Path]:
     """(weights folder, tokenizer folder)."""
-    from mentor_fast.models import ModelError, resolve_model_path
+    from mentor_fast.models import ModelError, is_adapter_folder, resolve_model_path
 
     base = resolve_model_path(model_path)
     if checkpoint is None:
         return base, base
     ckpt = Path(checkpoint).expanduser()
-    folder = ckpt / "policy" if (ckpt / "policy" / "config.json").is_file() else ckpt
+    folder = ckpt / "policy" if (ckpt / "policy").is_dir() else ckpt
+    if is_adapter_folder(folder):  # a LoRA run's checkpoint: its adapter merged into the base
+        return _merged(base, folder), folder if (folder / "tokenizer_config.json").is_file() else base
     if not (folder / "config.json").is_file():
-        raise ModelError(f"--checkpoint {checkpoint}: no HF model folder there (no config.json, no policy/)")
+        raise ModelError(f"--checkpoint {checkpoint}: no HF model folder there (no config.json or "
+                         "adapter_config.json, no policy/)")
     return folder, folder if (folder / "tokenizer_config.json").is_file() else base
+
+
+def _merged(base: Path, adapter: Path) -> Path:
+    """The base with the peft adapter merged in, as an HF folder both engines load (a temp folder)."""
+    import tempfile
+
+    from mentor_fast.models import import_peft, load_policy
+
+    model = import_peft().PeftModel.from_pretrained(load_policy(base), str(adapter)).merge_and_unload()
+    out = Path(tempfile.mkdtemp(prefix="mentor_fast_merged_"))
+    model.save_pretrained(out, safe_serialization=True)
+    return out
 
 
 def _data_overrides(data: str | None) -> list[str]:

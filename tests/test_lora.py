@@ -48,6 +48,13 @@ def test_lora_run_trains_only_the_adapter_and_saves_it_for_peft(tmp_path, monkey
     loaded = peft.PeftModel.from_pretrained(load_policy(tiny_model_path), str(policy))
     got = {k: v for k, v in loaded.state_dict().items() if "lora_B" in k}
     assert got.keys() == lora_b.keys() and all(torch.equal(got[k], lora_b[k]) for k in got)
+    # eval reads it too: the adapter merged into the base gives the trained model's logits
+    from mentor_fast.evaluate import _model_folder
+
+    weights, _ = _model_folder(str(policy.parent), str(tiny_model_path))
+    ids = torch.tensor([[5, 100, 2000, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(load_policy(weights)(ids).logits, trainer.model(ids).logits, atol=1e-5, rtol=1e-5)
     # and a run resumes from it with the adapter as trained
     resumed = Trainer(_cfg(tmp_path, "trainer.max_steps=3"), resume="auto")
     assert resumed.start_step == 2

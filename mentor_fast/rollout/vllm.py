@@ -332,21 +332,13 @@ class VLLMEngine:
         llm = self._live()
         timeout_s = self._cfg.weight_sync_timeout_s if timeout_s is None else timeout_s
         start = time.perf_counter()
-        if self._lora_rank:
-            self._sync_adapter(llm, model, version)
-            state = None
-        else:
-            state = self._weights_to_send(model)  # raises before the engine is touched
+        state = None if self._lora_rank else self._weights_to_send(model)  # raises before the engine is touched
         if self._asleep:
             self._wake(["weights"])
-        if state is None:
-            pass
+        if self._lora_rank:
+            self._sync_adapter(llm, model, version)
         elif self.mode == "colocate":
-            dtype = llm.llm_engine.model_config.dtype
-            self.last_sync_bytes = sum(t.numel() for t in state.values()) * dtype.itemsize
-            stream = ((name, t.to(dtype)) for name, t in state.items())  # cast on the tensor's device
-            self._call_worker(llm, "mentor_fast_load_weights", (stream, self._fault_sync_delay_s),
-                              start + timeout_s, timeout_s)
+            self._stream_weights(llm, state, start, timeout_s)
         else:
             self._sync_through_file(llm, state, start, timeout_s)
         del state
@@ -362,6 +354,15 @@ class VLLMEngine:
         self.last_sync_s = time.perf_counter() - start
         self._add_seconds("weight_sync", self.last_sync_s)
         self._syncs_since_pop += 1
+
+    def _stream_weights(self, llm, state: dict[str, torch.Tensor], start: float, timeout_s: float) -> None:
+        """colocate: the worker reads the trainer's tensors through an in-process iterator, each cast
+        to the engine dtype on its own device as it is loaded (one cast copy in flight)."""
+        dtype = llm.llm_engine.model_config.dtype
+        self.last_sync_bytes = sum(t.numel() for t in state.values()) * dtype.itemsize
+        stream = ((name, t.to(dtype)) for name, t in state.items())
+        self._call_worker(llm, "mentor_fast_load_weights", (stream, self._fault_sync_delay_s),
+                          start + timeout_s, timeout_s)
 
     def _sync_adapter(self, llm, model, version: int) -> None:
         """LoRA: the policy's adapter as peft saves it (a few MB where the model is GB), added to the
