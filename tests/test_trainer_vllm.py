@@ -82,40 +82,46 @@ def test_weight_sync_timeout_stops_the_run_and_keeps_the_last_checkpoint(tmp_pat
 def test_rerolls_generated_during_the_update_by_the_policy_before_it(tmp_path):
     """mentor.reroll.when=during_update: step t's first re-roll round is generated in the mentor's
     thread while step t's update runs, by the engine's pre-update weights (version t-1), and step
-    t+1 takes the samples instead of adding riders to its call; the sync waits for that call."""
+    t+1 takes the samples instead of adding riders to its call; the sync waits for that call.
+    The background call holds on until the update has begun, so the two surely overlap: a round
+    generated on the trainer's thread before the update would wait in vain (and fail here)."""
     import threading
-    import time
 
     cfg = load_config(["configs/tiny_test.yaml"], [
         f"output_dir={tmp_path}", "rollout.engine=vllm", "mentor.enable=true", "mentor.reroll.count=2",
         "mentor.reroll.when=during_update", "trainer.max_steps=3", "trainer.tensorboard=false",
     ])
     trainer = Trainer(cfg)
-    log = []
+    log, began, cond = [], [0], threading.Condition()  # began: updates begun so far
     generate, update, sync = trainer.engine.generate_many, trainer.updater.update, trainer.engine.update_weights
 
-    def timed(name, fn):
-        def run(*args, **kwargs):
-            t0 = time.perf_counter()
-            version = trainer.engine.policy_version
-            out = fn(*args, **kwargs)
-            log.append((name, kwargs.get("tag", ""), threading.current_thread().name, version, t0, time.perf_counter()))
-            return out
-        return run
+    def background_generate(*args, **kwargs):
+        version = trainer.engine.policy_version
+        out = generate(*args, **kwargs)
+        if threading.current_thread().name.startswith("mentor"):  # hold on until the update it rides beside began
+            with cond:
+                log.append(("background", version, cond.wait_for(lambda: began[0] > version, timeout=60)))
+        return out
 
-    trainer.engine.generate_many = timed("generate", generate)
-    trainer.updater.update = timed("update", update)
-    trainer.engine.update_weights = timed("sync", sync)
+    def traced_update(*args, **kwargs):
+        with cond:
+            began[0] += 1
+            cond.notify_all()
+        return update(*args, **kwargs)
+
+    def traced_sync(model, version):
+        log.append(("sync", version, None))
+        return sync(model, version)
+
+    trainer.engine.generate_many = background_generate
+    trainer.updater.update = traced_update
+    trainer.engine.update_weights = traced_sync
     trainer.fit()
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert "mentor/merged_rerolls" not in rows[1] and rows[1]["mentor/background_rerolls"] >= 2
-    background = [e for e in log if e[0] == "generate" and e[2].startswith("mentor")]
-    updates = [e for e in log if e[0] == "update"]
-    syncs = [e for e in log if e[0] == "sync"]
-    assert len(background) >= 2 and all(e[1] == "reroll" for e in background)
-    first = background[0]
-    assert first[3] == 0  # sampled by the weights before step 1's update
-    print("background", first[4:], "update", updates[0][4:])
-    assert first[4] < updates[0][5] and first[5] > updates[0][4]  # the two ran at the same time
-    assert syncs[0][5] >= first[5]  # step 1's sync waited for it
+    background = [e for e in log if e[0] == "background"]
+    assert len(background) >= 2 and all(overlapped for _, _, overlapped in background)
+    # step 1's round: sampled by version 0, and step 1's sync (to version 1) came after it
+    assert background[0][1] == 0
+    assert log.index(background[0]) < log.index(("sync", 1, None))
