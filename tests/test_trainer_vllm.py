@@ -93,14 +93,15 @@ def test_rerolls_generated_during_the_update_by_the_policy_before_it(tmp_path):
     ])
     trainer = Trainer(cfg)
     log, began, cond = [], [0], threading.Condition()  # began: updates begun so far
-    generate, update, sync = trainer.engine.generate_many, trainer.updater.update, trainer.engine.update_weights
+    generate, update = trainer.engine.generate_many, trainer.updater.update
 
     def background_generate(*args, **kwargs):
         version = trainer.engine.policy_version
         out = generate(*args, **kwargs)
         if threading.current_thread().name.startswith("mentor"):  # hold on until the update it rides beside began
+            sampled_by = {s.policy_version for req in out for row in req for s in row}
             with cond:
-                log.append(("background", version, cond.wait_for(lambda: began[0] > version, timeout=60)))
+                log.append(("background", version, sampled_by, cond.wait_for(lambda: began[0] > version, timeout=60)))
         return out
 
     def traced_update(*args, **kwargs):
@@ -109,19 +110,13 @@ def test_rerolls_generated_during_the_update_by_the_policy_before_it(tmp_path):
             cond.notify_all()
         return update(*args, **kwargs)
 
-    def traced_sync(model, version):
-        log.append(("sync", version, None))
-        return sync(model, version)
-
     trainer.engine.generate_many = background_generate
     trainer.updater.update = traced_update
-    trainer.engine.update_weights = traced_sync
     trainer.fit()
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert "mentor/merged_rerolls" not in rows[1] and rows[1]["mentor/background_rerolls"] >= 2
-    background = [e for e in log if e[0] == "background"]
-    assert len(background) >= 2 and all(overlapped for _, _, overlapped in background)
-    # step 1's round: sampled by version 0, and step 1's sync (to version 1) came after it
-    assert background[0][1] == 0
-    assert log.index(background[0]) < log.index(("sync", 1, None))
+    assert len(log) >= 2 and all(overlapped for *_, overlapped in log)
+    # each round was sampled whole by the weights before its step's update: the sync to the next
+    # version waited for the call (step 1's round: version 0)
+    assert log[0][1] == 0 and all(sampled_by == {version} for _, version, sampled_by, _ in log)
