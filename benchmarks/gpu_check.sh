@@ -225,7 +225,7 @@ for impl in reference fused; do
     reserve=$R_AFTER_TINY; [ "$impl" = reference ] && reserve=$(( R_TINY + R_AFTER_TINY ))
     PYTHONPATH="$WORK/rewards${PYTHONPATH:+:$PYTHONPATH}" stage "train_$impl" 120 "$reserve" "${MF[@]}" train \
         --config configs/tiny_test.yaml "output_dir=$WORK/train_$impl" "loss.impl=$impl" "model.device=$DEVICE" \
-        "trainer.max_steps=$STEPS" trainer.tensorboard=false trainer.progress=false model.tf32=false model.liger=off \
+        "trainer.max_steps=$STEPS" trainer.tensorboard=false trainer.progress=false model.tf32=false model.liger=false \
         'reward.functions=["gpu_check_rewards:shorter_is_better"]'
 done
 

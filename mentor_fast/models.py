@@ -272,11 +272,11 @@ LIGER_PATCHES = {"rope": True, "rms_norm": True, "swiglu": True,
                  "cross_entropy": False, "fused_linear_cross_entropy": False}  # the head is ours
 
 
-def apply_liger(model, mode: str, device: torch.device) -> bool:
+def apply_liger(model, mode: str | bool, device: torch.device) -> bool:
     """Liger's RMSNorm / SwiGLU / RoPE kernels on `model` in place (model.liger); True if applied.
-    auto applies them where they can run (liger-kernel installed, CUDA, a model type Liger knows)
-    and says nothing otherwise; on makes each of those an error that names the key."""
-    if mode == "off":
+    "auto" applies them where they can run (liger-kernel installed, CUDA, a model type Liger knows)
+    and says nothing otherwise; True makes each of those an error that names the key."""
+    if mode is False:
         return False
     reason = None
     if importlib.util.find_spec("liger_kernel") is None:
@@ -289,8 +289,8 @@ def apply_liger(model, mode: str, device: torch.device) -> bool:
         if model.config.model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
             reason = f"Liger has no kernels for model type {model.config.model_type!r}"
     if reason is not None:
-        if mode == "on":
-            raise ModelError(f"model.liger=on: {reason}; set model.liger=auto or off")
+        if mode is True:
+            raise ModelError(f"model.liger=true: {reason}; set model.liger=auto or false")
         return False
     patch_liger(model)
     return True

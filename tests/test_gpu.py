@@ -203,7 +203,7 @@ def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch):
     for impl in ("reference", "fused"):
         cfg = load_config(["configs/tiny_test.yaml"], [
             f"output_dir={tmp_path / impl}", "model.device=cuda", f"loss.impl={impl}", "trainer.max_steps=3",
-            "trainer.tensorboard=false", "trainer.progress=false", "model.tf32=false", "model.liger=off",
+            "trainer.tensorboard=false", "trainer.progress=false", "model.tf32=false", "model.liger=false",
             'reward.functions=["gpu_tiny_rewards:shorter_is_better"]'])
         rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
     assert [r["step"] for r in rows["fused"]] == [r["step"] for r in rows["reference"]] == [1, 2, 3]
@@ -283,7 +283,7 @@ def test_bf16_training_run_on_gpu_fused_matches_reference(tmp_path, monkeypatch)
     for impl in ("reference", "fused"):
         cfg = load_config(["configs/tiny_test.yaml"], [
             f"output_dir={tmp_path / impl}", "model.device=cuda", f"loss.impl={impl}", "trainer.max_steps=2",
-            "model.autocast_bf16=true", "model.liger=off", "trainer.tensorboard=false", "trainer.progress=false",
+            "model.autocast_bf16=true", "model.liger=false", "trainer.tensorboard=false", "trainer.progress=false",
             'reward.functions=["gpu_tiny_rewards:shorter_is_better"]'])
         rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
     assert rows["fused"][0]["grad_norm"] > 0

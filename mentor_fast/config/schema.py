@@ -56,10 +56,10 @@ class ModelConfig:
     """transformers attention backend ("sdpa", "eager", "flash_attention_2")."""
     ref_model: bool = False
     """Keep a frozen copy of the initial policy for the KL term (only used when loss.beta > 0)."""
-    liger: Literal["auto", "on", "off"] = "auto"
+    liger: Literal["auto", True, False] = "auto"
     """Liger-Kernel's RMSNorm, SwiGLU and RoPE patches on the policy (Triton, GPU). auto: when
-    liger-kernel is installed and the policy trains on CUDA; on: required (an error where it cannot
-    apply); off: never. The loss head is always mentor_fast's own."""
+    liger-kernel is installed and the policy trains on CUDA; true: required (an error where they
+    cannot apply); false: never. The loss head is always mentor_fast's own."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """LoRA adapters on the policy (peft), off at rank 0."""
     device: str = "auto"
