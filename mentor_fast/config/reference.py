@@ -18,7 +18,7 @@ from mentor_fast.config.loader import REMOVED, RENAMED, _public_name
 
 HEADER = """# Configuration reference
 
-Generated from `mentor_fast/config/schema.py` by `python -m mentor_fast.config.reference`; do not
+Generated from `mentor_fast/config/schema.py` (and `config/mentor.py`) by `python -m mentor_fast.config.reference`; do not
 edit by hand (`tests/test_config_reference.py` fails when this page and the schema disagree).
 
 A run's configuration is one tree. YAML files (`--config`, later files win) set any subset of it,
