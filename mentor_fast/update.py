@@ -49,10 +49,8 @@ from mentor_fast.types import TokenWeighting
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, max_steps: int):
     params = [p for p in model.parameters() if p.requires_grad]
-    if cfg.state_dtype == "bfloat16":
-        optimizer = AdamWBF16States(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
-    else:
-        optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    adamw = AdamWBF16States if cfg.state_dtype == "bfloat16" else torch.optim.AdamW
+    optimizer = adamw(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
 
     def factor(step: int) -> float:
         if cfg.warmup_steps and step < cfg.warmup_steps:
