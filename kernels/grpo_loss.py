@@ -40,13 +40,13 @@ def grpo_loss_ref(hidden, weight, targets, old_logp, advantages=None, token_weig
     same precision" baseline). A `compute_dtype` option rounds hidden and weight to it (the fused
     head's operands) with the gradients passed through unrounded, as the fused op returns them.
     """
-    cd = GRPOOptions.build(kwargs.get("options"), {k: v for k, v in kwargs.items() if k in _KNOBS}).compute_dtype
+    opts = GRPOOptions.build(kwargs.pop("options", None), {k: kwargs.pop(k) for k in list(kwargs) if k in _KNOBS})
     dt = torch.promote_types(hidden.dtype, torch.float32)
     ldt = logits_dtype or dt
-    if cd is not None:
-        hidden, weight = _rounded(hidden, cd), _rounded(weight, cd)
+    if opts.compute_dtype is not None:
+        hidden, weight = _rounded(hidden, opts.compute_dtype), _rounded(weight, opts.compute_dtype)
     logits = (hidden.to(ldt) @ weight.to(ldt).T).to(dt)  # [N, V]
-    return grpo_loss_from_logits_ref(logits, targets, old_logp, advantages, token_weights, **kwargs)
+    return grpo_loss_from_logits_ref(logits, targets, old_logp, advantages, token_weights, options=opts, **kwargs)
 
 
 _KNOBS = frozenset(f.name for f in dataclasses.fields(GRPOOptions))
