@@ -7,14 +7,7 @@ module imports nothing heavy (no torch), so the config loads without torch.
 
 from __future__ import annotations
 
-try:
-    from enum import StrEnum
-except ImportError:  # Python 3.10
-    from enum import Enum
-
-    class StrEnum(str, Enum):  # type: ignore[no-redef]
-        def __str__(self) -> str:
-            return str(self.value)
+from mentor_fast.compat import StrEnum
 
 
 class LossType(StrEnum):

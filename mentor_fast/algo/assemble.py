@@ -35,8 +35,8 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable, Mapping, Sequence
-from enum import StrEnum
 
+from mentor_fast.compat import StrEnum
 from mentor_fast.types import Group, Rollout
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 
+from mentor_fast.compat import StrEnum
 from mentor_fast.types import ExtraTerm
 
 

@@ -13,9 +13,10 @@ their loss mode); the update computes the weights here, for any method, without 
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import StrEnum
 
 import torch
+
+from mentor_fast.compat import StrEnum
 
 
 class Weighting(StrEnum):

@@ -11,10 +11,10 @@ and are wrapped in `LLMAgents`; `reference` implements the agents directly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mentor_fast.compat import StrEnum
 from mentor_fast.config import AgentsConfig
 from mentor_fast.mentor.agents import Agents, LLMAgents, MentorBackend, Messages
 from mentor_fast.mentor.counts import Counts

@@ -19,7 +19,6 @@ worker processes. math-verify is imported on first use, so importing this module
 
 from __future__ import annotations
 
-import enum
 import functools
 import math
 import re
@@ -27,10 +26,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from mentor_fast.compat import StrEnum
 from mentor_fast.rewards.boxed import has_boxed, last_boxed
 
 
-class Status(enum.StrEnum):
+class Status(StrEnum):
     OK = "ok"  # an answer was parsed and compared (correct or not)
     NO_ANSWER = "no_answer"  # nothing that looks like an answer
     UNPARSEABLE = "unparseable"  # an answer string was found but is not valid math

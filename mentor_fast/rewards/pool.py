@@ -21,8 +21,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Self
 
+from mentor_fast.compat import Self
 from mentor_fast.rewards.math import Status, Verdict, verify
 from mentor_fast.types import Problem
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import ast
 import collections
-import enum
 import importlib
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
+from mentor_fast.compat import Self, StrEnum
 from mentor_fast.config import RewardConfig
 from mentor_fast.rewards.code import CodeVerifier
 from mentor_fast.rewards.math import Status, Verdict
@@ -35,7 +35,7 @@ from mentor_fast.types import Problem, Rollout
 log = logging.getLogger(__name__)
 
 
-class RewardKind(enum.StrEnum):
+class RewardKind(StrEnum):
     MATH = "math"
     CODE = "code"
 

@@ -33,8 +33,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cache
+
+from mentor_fast.compat import StrEnum
 
 WORKDIR = "/tmp/work"  # inside the namespace, on its own tmpfs (see the module docstring)
 
