@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mentor_fast.answers import last_boxed
 from mentor_fast.config import DataConfig
-from mentor_fast.rewards.boxed import last_boxed
 from mentor_fast.types import Problem
 
 Format = Literal["gsm8k", "math", "plain"]

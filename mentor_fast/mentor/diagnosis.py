@@ -13,7 +13,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mentor_fast.mentor.numbers import last_boxed, normalize_math_text
+from mentor_fast.answers import last_boxed
+from mentor_fast.mentor.numbers import normalize_math_text
 from mentor_fast.types import Group, Problem, Rollout
 
 # Closed taxonomies (research/algorithm.md 2.7). "other" catches labels outside the set.

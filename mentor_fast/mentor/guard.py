@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from mentor_fast.answers import unwrap_boxed
 from mentor_fast.mentor.code_guard import CODE_GATES, find_code_leak
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.numbers import (
@@ -52,7 +53,6 @@ from mentor_fast.mentor.numbers import (
     parse_mention,
     result_after_equals,
     term_value,
-    unwrap_boxed,
 )
 from mentor_fast.types import CodeTask
 

@@ -431,25 +431,3 @@ def result_after_equals(step: str) -> frozenset[Fraction] | None:
     rhs = t.rsplit("=", 1)[1]
     nums = [m for m in find_numbers(rhs) if m.kind != "word"]
     return nums[0].values if nums else None
-
-
-def unwrap_boxed(text: str) -> str:
-    """`\\boxed{x}` -> `x` (outermost, brace-balanced); other text is returned unchanged."""
-    i = text.find("\\boxed")
-    if i < 0:
-        return text
-    j = text.find("{", i)
-    if j < 0:
-        return text
-    depth = 0
-    for k in range(j, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[k], 0)
-        if depth == 0:
-            return text[j + 1 : k]
-    return text[j + 1 :]
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` in a completion, or None."""
-    i = text.rfind("\\boxed")
-    return unwrap_boxed(text[i:]).strip() if i >= 0 else None

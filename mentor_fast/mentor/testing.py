@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mentor_fast.answers import last_boxed
 from mentor_fast.mentor.counts import Counts
-from mentor_fast.mentor.numbers import last_boxed
 from mentor_fast.types import Group, Problem, Rollout, Sample
 
 HEADER = "A tutor looked at your previous attempt and suggests:"

@@ -3,7 +3,7 @@
 Importing this package does not import math-verify or sympy (workers do, on first use).
 """
 
-from mentor_fast.rewards.boxed import last_boxed
+from mentor_fast.answers import last_boxed
 from mentor_fast.rewards.math import Status, Verdict, is_correct, verify
 from mentor_fast.rewards.pool import MathVerifierPool, VerifierPoolError
 from mentor_fast.rewards.registry import VERIFIERS, RewardKind, RewardScorer, load_reward_function

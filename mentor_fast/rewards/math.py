@@ -26,8 +26,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from mentor_fast.answers import has_boxed, last_boxed
 from mentor_fast.compat import StrEnum
-from mentor_fast.rewards.boxed import has_boxed, last_boxed
 
 
 class Status(StrEnum):

@@ -1,8 +1,13 @@
-"""Brace-matched `\\boxed{...}` extraction, shared by the math verifier and the MATH data loader.
+"""The final answer of a math completion: brace-matched `\\boxed{...}` extraction.
 
-A regex cannot find the end of `\\boxed{\\frac{1}{2}}`; this counts braces instead. Escaped braces
-(`\\{`, `\\}`, LaTeX set braces) do not open or close a group. Pure Python, no imports of note, so
-the data package can use it without loading math-verify.
+One extractor for everyone who reads an answer: the math verifier (rewards/math.py), the MATH data
+loader (data/jsonl.py), and the mentor, which must diagnose the answer the verifier scored and
+unwrap a boxed gold the same way. A regex cannot find the end of `\\boxed{\\frac{1}{2}}`; this
+counts braces instead. Escaped braces (`\\{`, `\\}`, LaTeX set braces) neither open nor close a
+group. `\\fbox{...}` counts as a box. A box without braces (`\\boxed 5`) is not one.
+
+Pure Python and imported by nothing heavy: it sits outside the rewards package so that reading an
+answer never loads math-verify or the reward pools.
 """
 
 from __future__ import annotations
@@ -32,16 +37,6 @@ def _group_end(text: str, start: int) -> int | None:
     return None
 
 
-def boxed_contents(text: str) -> list[str]:
-    """Contents of every complete `\\boxed{...}` / `\\fbox{...}` in order of their start."""
-    out = []
-    for m in _BOXED_RE.finditer(text):
-        end = _group_end(text, m.end())
-        if end is not None:
-            out.append(text[m.end() : end])
-    return out
-
-
 def last_boxed(text: str) -> str | None:
     """Content of the last complete `\\boxed{...}` (by start position), stripped; None if there is none.
 
@@ -58,3 +53,9 @@ def last_boxed(text: str) -> str | None:
 def has_boxed(text: str) -> bool:
     """Whether the text tries to box anything (complete or not)."""
     return _BOXED_RE.search(text) is not None
+
+
+def unwrap_boxed(text: str) -> str:
+    """A gold answer as the verifier reads it: the content of its last complete box, else the text."""
+    boxed = last_boxed(text)
+    return text if boxed is None else boxed
