@@ -1,9 +1,14 @@
-"""Code rewards: run a program and its tests in the sandbox (rewards/sandbox.py) and say what happened.
+"""Code rewards: run a program in its sandbox and its tests in a checker beside it, and say what happened.
 
-`run_tests(program, tests, timeout_s)` runs `program` and then `tests` in one fresh interpreter,
-as HumanEval does (`tests` is the problem's `test` source plus `check(entry_point)`). Passed means
-the tests ran to their end without an exception; the exit status alone never means passed. The
-other fields are the diagnosis the code mentor reads.
+`run_tests(program, tests, timeout_s)` runs `program` in a sandboxed process of its own
+(rewards/sandbox.py) and `tests` in a separate checker process (rewards/checker.py, judge.py).
+The tests call the program's functions through a channel that carries plain data only, and
+compare in the checker, so nothing the program does in its own process can decide the verdict.
+Passed means the tests ran to their end without an exception and the channel stayed sound; the
+program's exit status never means passed. For HumanEval, `tests` is the problem's `test` plus
+`check(entry_point)`, `setup` its prompt (trusted code the checker runs itself: helpers such as
+`poly`) and `entry_point` the function the tests call, whatever the setup defines under that name.
+The other fields of a CodeResult are the diagnosis the code mentor reads.
 """
 
 from __future__ import annotations
@@ -15,21 +20,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mentor_fast.rewards.judge import JudgeRun, judge
 from mentor_fast.rewards.math import Status, Verdict
-from mentor_fast.rewards.sandbox import Isolation, Limits, SandboxError, SandboxRun, detect, run_python
+from mentor_fast.rewards.sandbox import Isolation, Limits, SandboxError, detect
 from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
     from mentor_fast.config import CodeRewardConfig
 
 TAIL = 2000  # characters kept of stdout, stderr and the traceback
+STATUSES = ("passed", "failed", "error", "timeout", "crashed", "sandbox_error", "forged_output", "bad_return_type",
+            "channel_closed", "needs_objects")
 
 
 @dataclass(frozen=True)
 class CodeResult:
     passed: bool
-    status: str  # passed, failed (an assertion of the tests), error (any other exception), timeout,
-    # crashed (killed, or exited before the tests finished), sandbox_error
+    status: str  # one of STATUSES: passed; failed (an assertion of the tests); error (any other
+    # exception, the program's or the tests'); timeout; crashed (the program's process died or
+    # exited before the tests finished, or passed an output cap); sandbox_error (not the program's
+    # doing); forged_output (it wrote on its channel what is no well-formed answer); bad_return_type
+    # (a function returned what is not plain data); channel_closed (it closed its channel and lived
+    # on); needs_objects (a test needs the program's objects in the checker: a callback, an
+    # instance of its class, an argument it changed in place that the failing test then read)
     exception: str = ""  # the exception's type, e.g. "AssertionError", "NameError"
     message: str = ""
     test_line: str = ""  # the source line of the tests that failed, when the failure is in the tests
@@ -39,40 +52,74 @@ class CodeResult:
     wall_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Job:
+    """One program and its tests; `entry_point` and `setup` as in `run_tests`."""
+
+    program: str
+    tests: str
+    entry_point: str = ""
+    setup: str = ""
+
+
 def run_tests(program: str, tests: str, timeout_s: float, *, limits: Limits | None = None,
-              isolation: Isolation = Isolation.NAMESPACES) -> CodeResult:
-    run = run_python(program, tests, timeout_s, limits or Limits(), isolation)
-    return classify(run)
+              isolation: Isolation = Isolation.NAMESPACES, entry_point: str = "", setup: str = "") -> CodeResult:
+    """`program` in its sandbox, `tests` in the checker against it (see the module docstring).
+    entry_point: the function the tests call, bound to the program's even where `setup` defines
+    the name (HumanEval's prompt holds its stub); with `setup`, give it. Other names the tests use
+    come from the setup, else from the program (its functions, plain values and stdlib modules)."""
+    if setup and not entry_point:
+        raise ValueError("run_tests: a setup needs the entry point (its stub must not stand in for the program's)")
+    return classify(judge(program, tests, timeout_s, limits or Limits(), isolation, entry_point, setup))
 
 
-def run_many(jobs: Sequence[tuple[str, str]], timeout_s: float, *, workers: int = 0,
+def run_many(jobs: Sequence[Job | tuple[str, ...]], timeout_s: float, *, workers: int = 0,
              limits: Limits | None = None, isolation: Isolation = Isolation.NAMESPACES) -> list[CodeResult]:
-    """(program, tests) pairs -> their results, in order, at most `workers` at a time (0: one per
-    core). Each program has its own wall-clock timeout, so a hung one costs its slot `timeout_s`
-    and stalls nothing else; the batch ends within about ceil(n / workers) timeouts."""
+    """Jobs (or (program, tests[, entry_point[, setup]]) tuples) -> their results, in order, at most
+    `workers` at a time (0: one per core). Each program has its own wall-clock timeout, so a hung one
+    costs its slot `timeout_s` and stalls nothing else; the batch ends within about
+    ceil(n / workers) timeouts."""
     workers = workers or os.cpu_count() or 1
+    jobs = [j if isinstance(j, Job) else Job(*j) for j in jobs]
+
+    def one(j: Job) -> CodeResult:
+        return run_tests(j.program, j.tests, timeout_s, limits=limits, isolation=isolation,
+                         entry_point=j.entry_point, setup=j.setup)
+
     with ThreadPoolExecutor(max_workers=min(workers, max(1, len(jobs))), thread_name_prefix="sandbox") as pool:
-        return list(pool.map(lambda job: run_tests(job[0], job[1], timeout_s, limits=limits, isolation=isolation),
-                             jobs))
+        return list(pool.map(one, jobs))
 
 
-def classify(run: SandboxRun) -> CodeResult:
+def classify(run: JudgeRun) -> CodeResult:
     tails = {"stdout": run.stdout[-TAIL:], "stderr": run.stderr[-TAIL:], "wall_s": run.wall_s}
-    if run.status == "finished" and run.report is not None:
-        r = run.report
-        if r.get("passed"):
+    if run.status == "judged" and run.verdict is not None:
+        v = run.verdict
+        if v.get("passed") and v.get("status") == "passed":
             return CodeResult(True, "passed", **tails)
-        exc = r.get("exception", "")
-        failed = exc == "AssertionError" and r.get("stage") == "tests"
-        return CodeResult(False, "failed" if failed else "error", exc, r.get("message", ""),
-                          r.get("test_line") or "", r.get("traceback", "")[-TAIL:], **tails)
+        status, message = v.get("status", ""), v.get("message", "")
+        if status == "channel_eof":
+            status = "crashed" if run.exited else "channel_closed"
+            message = (_ended(run) if run.exited else
+                       "the program's process closed its channel to the checker and went on running")
+        elif status == "checker_error":
+            status, message = "sandbox_error", f"the checker failed: {v.get('exception')}: {message}"
+        return CodeResult(False, status, v.get("exception", ""), message, v.get("test_line") or "",
+                          v.get("traceback", "")[-TAIL:], **tails)
     if run.status == "timeout":
         return CodeResult(False, "timeout", message=f"no verdict within {run.wall_s:.1f} s", **tails)
     if run.status == "sandbox_error":
         return CodeResult(False, "sandbox_error", message=run.detail, **tails)
-    why = run.detail or (f"output over the cap ({', '.join(run.truncated)})" if run.truncated
-                         else f"killed (exit {run.returncode})")
+    why = f"output over the cap ({', '.join(run.truncated)})" if run.truncated else f"killed (exit {run.returncode})"
     return CodeResult(False, "crashed", message=why, **tails)
+
+
+def _ended(run: JudgeRun) -> str:
+    code = run.returncode
+    if code is not None and code < 0:
+        return f"killed by signal {-code} before the tests finished"
+    if code is not None and code > 128:  # unshare reports its child's death by signal n as 128 + n
+        return f"killed by signal {code - 128} before the tests finished"
+    return f"exited with {code} before the tests finished"
 
 
 def note_for(result: CodeResult) -> str:
@@ -102,9 +149,10 @@ def _verdict(code: str | None, result: CodeResult | None) -> Verdict:
 
 
 class CodeVerifier:
-    """The `code` reward kind: each completion's program (rewards/program.py) with its problem's
-    tests, in the sandbox, in a bounded pool. Isolation is checked when the verifier is built, so a
-    machine without namespaces stops the run before the first step, with the way out in the error."""
+    """The `code` reward kind: each completion's program (rewards/program.py) in the sandbox, its
+    problem's tests in a checker beside it (the prompt as trusted setup), in a bounded pool.
+    Isolation is checked when the verifier is built, so a machine without namespaces stops the run
+    before the first step, with the way out in the error."""
 
     def __init__(self, cfg: CodeRewardConfig):
         self.timeout_s, self.workers = cfg.timeout_s, cfg.workers
@@ -121,7 +169,8 @@ class CodeVerifier:
         self._counts: collections.Counter[str] = collections.Counter()
 
     def describe(self) -> str:
-        return (f"code: programs and tests in the sandbox, {self._how}, {self.timeout_s:g} s wall, "
+        return (f"code: programs and tests in the sandbox, {self._how}, the tests in a checker process of "
+                f"their own, {self.timeout_s:g} s wall, "
                 f"{self.limits.memory_mb} MB, {self.workers or os.cpu_count()} at a time")
 
     def check(self, completions: list[str], problems: list[Problem]) -> list[Verdict]:
@@ -137,7 +186,7 @@ class CodeVerifier:
             program = program_from_code(code, p.code) if code is not None else None
             codes.append(code)
             if program is not None:
-                jobs.append((program, p.code.tests))
+                jobs.append(Job(program, p.code.tests, p.code.entry_point, p.code.prompt))
                 where.append(i)
         results: list[CodeResult | None] = [None] * len(completions)
         done = run_many(jobs, self.timeout_s, workers=self.workers, limits=self.limits, isolation=self.isolation)
