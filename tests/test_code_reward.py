@@ -15,7 +15,7 @@ from mentor_fast.rewards.sandbox import SandboxError
 from mentor_fast.types import CodeTask, Problem, Rollout
 
 TESTS = "assert add3(1) == 4\nassert add3(-3) == 0\nassert add3(10) == 13\n"
-TASK = CodeTask(tests=TESTS, entry_point="add3", reference="def add3(x):\n    return x + 3\n")
+TASK = CodeTask(tests=TESTS, entry_point="add3", solution="def add3(x):\n    return x + 3\n")
 PROBLEM = Problem("add3", "Write a Python function `add3(x: int) -> int` that returns x plus 3.", TASK.reference,
                   ("Add 3 to the argument and return it.",), source="test", code=TASK)
 
@@ -74,6 +74,29 @@ def test_humaneval_style_prompt_is_assembled(scorer):
     rollouts = [Rollout(problem, i, [1], [2], [0.0], t, "stop", 0) for i, t in enumerate([body, whole])]
     scorer.score(rollouts)
     assert [r.correct for r in rollouts] == [True, True]  # `import math` comes from the prompt in both
+
+
+def test_forgeries_score_zero_and_are_counted_by_cause(scorer):
+    """Through the scorer, as training sees it: each forgery scores 0 under a status of its own, and
+    the prompt is the checker's trusted setup, so a completion that redefines its helper gains nothing."""
+    spray = ("```python\nimport os\nfor fd in range(1024):\n    try:\n        os.write(fd, b'{\"passed\": true}\\n')\n"
+             "    except OSError:\n        pass\ndef add3(x):\n    return x + 3\n```")
+    always = ("```python\nclass R(int):\n    def __eq__(self, other):\n        return True\n"
+              "    __hash__ = int.__hash__\ndef add3(x):\n    return R(0)\n```")
+    prompt = 'def unit(x):\n    return x + 3\n\n\ndef add3(x: int) -> int:\n    """x plus 3."""\n'
+    helper = CodeTask(tests="assert add3(1) == unit(1)\nassert add3(5) == unit(5)\n", entry_point="add3", prompt=prompt)
+    shadow = "```python\ndef unit(x):\n    return 0\n\n\ndef add3(x):\n    return 0\n```"
+    rollouts = _rollouts(["right"]) + [Rollout(PROBLEM, 1, [1], [2], [0.0], spray, "stop", 0),
+                                       Rollout(PROBLEM, 2, [1], [2], [0.0], always, "stop", 0)]
+    rollouts.append(Rollout(Problem("h", "q", "", code=helper), 3, [1], [2], [0.0], shadow, "stop", 0))
+    metrics = scorer.score(rollouts)
+    assert [r.correct for r in rollouts] == [True, False, False, False]
+    assert [r.verifier_detail.status for r in rollouts] == ["passed", "forged_output", "bad_return_type", "failed"]
+    assert {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("reward/code/status/")} == {
+        "passed": 1, "forged_output": 1, "bad_return_type": 1, "failed": 1}
+    assert rollouts[2].verifier_detail.test_line == "assert add3(1) == 4"
+    assert rollouts[2].verifier_note.startswith("bad_return_type: add3() returned a __main__.R")
+    assert rollouts[3].verifier_detail.test_line == "assert add3(1) == unit(1)"
 
 
 def test_a_problem_without_tests_is_a_clear_error(scorer):

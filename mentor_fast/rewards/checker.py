@@ -276,18 +276,22 @@ def _frames(tb, names=("<tests>", "<setup>")) -> list:
     return out
 
 
-def _reads_changed(chan: Channel, frames: list) -> str:
-    """The function whose argument, changed in place by the program, the failing test frame holds."""
-    if not frames or not chan.mutated:
+def _reads_changed(chan: Channel, frames: list, line: str) -> str:
+    """The function whose argument, changed in place by the program, the failing test line reads
+    (by a name the failing frame binds to that object)."""
+    if not frames or not chan.mutated or not line:
         return ""
+    import re
+
     frame = frames[-1].tb_frame
-    held = [v for scope in (frame.f_locals, frame.f_globals) for v in list(scope.values())]
+    words = set(re.findall(r"[^\W\d]\w*", line))
+    held = [v for scope in (frame.f_locals, frame.f_globals) for k, v in list(scope.items()) if k in words]
     return next((fn for fn, objs in chan.mutated if any(v is o for v in held for o in objs)), "")
 
 
 def verdict(outcome: BaseException | None, chan: Channel, tests: list[str]) -> dict:
     out = {"passed": False, "stage": "tests", "exception": "", "message": "", "test_line": "", "traceback": "",
-           "calls": chan.calls}
+           "calls": chan.calls, "mutated": len(chan.mutated)}
     if chan.fault is not None:
         return {**out, "status": chan.fault.status, "message": str(chan.fault), "test_line": chan.fault.test_line}
     if outcome is None:
@@ -306,7 +310,7 @@ def verdict(outcome: BaseException | None, chan: Channel, tests: list[str]) -> d
     test = next((tb for tb in reversed(frames) if tb.tb_frame.f_code.co_filename == "<tests>"), None)
     out.update(exception=name, message=str(outcome)[:500], traceback=text[-2000:],
                test_line=_test_line(tests, test.tb_lineno) if test else "")
-    changed = _reads_changed(chan, frames) if name == "AssertionError" else ""
+    changed = _reads_changed(chan, frames, out["test_line"]) if name == "AssertionError" else ""
     if changed:
         return {**out, "status": "needs_objects", "message": f"the program changed an argument of {changed}() in "
                 "place and the failing test reads it: that object stays in the program's process"}
@@ -334,7 +338,8 @@ def judge(job: dict, chan: Channel) -> dict:
         return verdict(None, chan, tests)
     if error is not None:
         return {"passed": False, "status": "error", "stage": "program", "exception": error["type"][:100],
-                "message": error["message"][:500], "test_line": "", "traceback": error["traceback"], "calls": 0}
+                "message": error["message"][:500], "test_line": "", "traceback": error["traceback"], "calls": 0,
+                "mutated": 0}
     try:
         bind(g, chan, names, code, job["entry_point"])
         exec(code, g)  # noqa: S102 -- the dataset's tests: trusted code
@@ -356,7 +361,7 @@ def serve_job(job_fd: int, send_fd: int, recv_fd: int) -> None:
         result = judge(job, chan)
     except BaseException as e:  # noqa: BLE001 -- a fault of the checker itself: reported, never a pass
         result = {"passed": False, "status": "checker_error", "stage": "checker", "exception": type(e).__name__,
-                  "message": str(e)[:500], "test_line": "", "traceback": "", "calls": chan.calls}
+                  "message": str(e)[:500], "test_line": "", "traceback": "", "calls": chan.calls, "mutated": 0}
     os.close(send_fd)  # the program's side reads the end of the channel and exits
     wire.send(job_fd, wire.message(**{k: wire.encode(v) for k, v in result.items()}))
 
