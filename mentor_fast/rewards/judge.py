@@ -76,7 +76,7 @@ class _Zygote:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", CHECKER_BOOT, str(theirs.fileno())], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, env={}, cwd="/", pass_fds=(theirs.fileno(),), start_new_session=True)
-            self.proc.stdin.write(sandbox.code_blob(("wire", "checker")))
+            self.proc.stdin.write(sandbox.code_blob(("wire", "channel", "checker")))
             self.proc.stdin.close()
         finally:
             theirs.close()
