@@ -60,7 +60,7 @@ def bind(g: dict, chan: Channel, listed: dict, tests, entry_point: str) -> None:
               and not hasattr(builtins, n)}
     if entry_point:
         wanted.add(entry_point)
-    if "SOURCE" in wanted and listed["SOURCE"][0] == "value" and entry_point != "SOURCE":
+    if "SOURCE" in wanted and entry_point != "SOURCE" and listed["SOURCE"][0] == "value":
         wanted.discard("SOURCE")
         _stdio(g, chan)
     for name in sorted(wanted):
@@ -215,7 +215,11 @@ def zygote(ctl_fd: int) -> None:
             return
         if not data:
             return
-        if len(fds) == 3 and os.fork() == 0:
+        try:
+            pid = os.fork() if len(fds) == 3 else -1
+        except OSError:  # no process to be had: the trainer reads no verdict, a sandbox_error
+            pid = -1
+        if pid == 0:
             status = 1
             try:
                 ctl.close()

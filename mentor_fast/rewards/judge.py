@@ -172,7 +172,10 @@ class _Collector:
             if left <= 0 or not self.sel.get_map():
                 return until()
             for key, _ in self.sel.select(min(left, 0.5)):
-                chunk = os.read(key.fd, 65536)
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except OSError:  # ECONNRESET: the checker went without reading its job
+                    chunk = b""
                 if not chunk:
                     self.sel.unregister(key.fd)
                 elif key.data == "verdict":
