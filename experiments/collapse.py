@@ -15,14 +15,15 @@ DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/c
 The defaults are the experiment of docs/experiments/collapse.md: a jump from levels 1-2 to level 7
 ("What is 7 # 42?", where a # b = 2 * a + b and nothing in the question says so), 32 steps after it
 at lr 2e-5,
-MENTOR with the reference backend, async, `replace`, hints from level 2 (the plan), one round of 2
-re-rolls per failed group, cut at the merged call's longest initial rollout (--mentor-horizon 1;
-0, no cut, with --task code)
-and decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes about
-as many rows a step as vanilla), and self-distillation (--mentor-distill 1.0, mentor.loss.distill_coef).
-Until 2026-11-30 the defaults were 4 re-rolls, no horizon and extra rows (`--mentor-rerolls 4
---mentor-horizon 0 --mentor-budget extra`). AdamW skips batches with no signal in
-both arms (--step-without-signal false; see optim.step_without_signal). The arithmetic jumps of
+MENTOR with the worked_solutions backend, `replace`, hints from level 2 (the plan), one round of 2
+re-rolls per failed group, riding in the next step's generate call (--mentor-async true), cut at
+the merged call's longest initial rollout (--mentor-horizon 1; 0, no cut, with --task code) and
+decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes about as
+many rows a step as vanilla: mentor.reroll.schedule=next_step_shared_rows), and self-distillation
+(--mentor-distill 1.0, mentor.loss.distill_coef). Runs A-H of docs/experiments/history.md used 4
+re-rolls, no horizon and extra rows (`--mentor-rerolls 4 --mentor-horizon 0 --mentor-budget
+extra`). AdamW skips batches with no signal in both arms (--step-without-signal false; see
+optim.step_without_signal). The arithmetic jumps of
 runs A-F of docs/experiments/history.md (levels 3-4) need their flags spelled out: `--jump-level 3
 --post-steps 12 --post-lr 0 --mentor-start-level 3 --mentor-distill 0 --step-without-signal true
 --eval-exclude-draws 10000 --mentor-rerolls 4 --mentor-horizon 0 --mentor-budget extra`. Measure
@@ -64,16 +65,24 @@ def _common(args, out: Path, seed: int) -> list[str]:
     ]
 
 
+def reroll_schedule(args) -> str:
+    """mentor.reroll.schedule from --mentor-async and --mentor-budget: within the step, or riding in the
+    next step's generate call on top of its rows (extra) or in them (shared)."""
+    if args.mentor_async == "false":
+        return "in_step"
+    return {"extra": "next_step_extra_rows", "shared": "next_step_shared_rows"}[args.mentor_budget]
+
+
 def arm_overrides(args, arm: str, out: Path, seed: int, start: Path | str) -> list[str]:
     """The post-jump run of one arm ("vanilla" or "mentor") from the policy folder `start`."""
     extra = {
         "vanilla": ["mentor.enable=false"],
-        "mentor": ["mentor.enable=true", "mentor.agents.backend=reference", f"mentor.async={args.mentor_async}",
+        "mentor": ["mentor.enable=true", "mentor.agents.backend=worked_solutions",
+                   f"mentor.reroll.schedule={reroll_schedule(args)}",
                    f"mentor.trigger.start_level={args.mentor_start_level}",
                    f"mentor.reroll.max_rounds={args.mentor_rounds}", f"mentor.reroll.count={args.mentor_rerolls}",
                    f"mentor.loss.mode={args.mentor_loss_mode}", f"mentor.loss.distill_coef={args.mentor_distill}",
-                   f"mentor.reroll.horizon={args.mentor_horizon}", f"mentor.reroll.budget={args.mentor_budget}",
-                   *args.mentor_set],
+                   f"mentor.reroll.horizon={args.mentor_horizon}", *args.mentor_set],
     }[arm]
     return _common(args, out, seed) + extra + [
         f"optim.lr={args.post_lr or args.lr}", f"optim.step_without_signal={args.step_without_signal}",
@@ -213,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--post-lr", type=float, default=2e-5, help="learning rate after the jump (0: --lr)")
     p.add_argument("--loss-impl", default="fused")
-    p.add_argument("--mentor-async", default="true")
+    p.add_argument("--mentor-async", default="true", choices=("true", "false"),
+                   help="false: hints and re-rolls within the step (mentor.reroll.schedule=in_step, no "
+                        "horizon); true: the first round rides in the next step's call")
     p.add_argument("--mentor-start-level", type=int, default=2,
                    help="first hint level; on the arithmetic jumps only level 3 rescues the warmed-up 135M model, "
                         "on level 7 the level-2 plan does (docs/experiments/history.md)")
@@ -227,12 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="further overrides for the MENTOR arm only, e.g. mentor.trigger.max_groups_frac=0.5")
     p.add_argument("--mentor-horizon", type=float, default=None,
                    help="mentor.reroll.horizon: re-rolls cut at this many times the merged call's longest "
-                        "initial rollout (0: off; else >= 1). Default 1 for math, 0 for code: a plan makes a "
+                        "initial rollout (0: off; else >= 1). Default 1 for math, 0 for code (and for "
+                        "--mentor-async false, where nothing rides): a plan makes a "
                         "program longer than the one-line attempts it answers, and the cut re-rolls could "
                         "not rescue (docs/experiments/collapse_code.md)")
     p.add_argument("--mentor-budget", default="shared", choices=("extra", "shared"),
-                   help="mentor.reroll.budget: shared takes the merged re-rolls' rows out of the step's own "
-                        "(the step skips its last prompts), so MENTOR decodes as many rows as vanilla")
+                   help="with --mentor-async true, whose rows the merged re-rolls take: shared takes them out of "
+                        "the step's own (the step skips its last prompts; mentor.reroll.schedule="
+                        "next_step_shared_rows), so MENTOR decodes as many rows as vanilla; extra adds them "
+                        "(next_step_extra_rows)")
     p.add_argument("--step-without-signal", default="false", choices=("true", "false"),
                    help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
                         "step on a batch with no signal (the warm-ups are unchanged)")
@@ -273,8 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> None:
     p = build_parser()
     args = p.parse_args()
-    if args.mentor_horizon is None:
-        args.mentor_horizon = 0.0 if args.task == "code" else 1.0
+    if args.mentor_horizon is None:  # nothing rides in_step, so nothing to cut
+        args.mentor_horizon = 0.0 if args.task == "code" or args.mentor_async == "false" else 1.0
     if args.eval_exclude_draws < (args.post_steps + 1) * args.prompts:
         p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
                 f"(--post-steps + 1) x --prompts = {(args.post_steps + 1) * args.prompts}: held-out problems "

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mentor_fast.data import PromptTooLong
-from mentor_fast.mentor.reference import cold_hint
+from mentor_fast.mentor.writers.solutions import cold_hint
 from mentor_fast.rollout.base import RolloutEngine, SamplingParams
 from mentor_fast.types import Problem, Sample
 

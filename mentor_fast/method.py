@@ -27,8 +27,9 @@ class RolloutPlan:
     """What the step generates: G samples of each of `problems`, and `riders` in the same call."""
 
     problems: list[Problem]
-    riders: list[Request] = field(default_factory=list)  # extra requests (e.g. async re-rolls), unscored
-    horizon: float = 0.0  # cut riders at this many times the longest rollout of `problems` (0: off)
+    riders: list[Request] = field(default_factory=list)
+    """Extra requests served by the same engine call, unscored, their samples handed back to
+    `after_score` (e.g. re-rolls of an earlier step; a rider's `SamplingParams.horizon` may cut it)."""
     metrics: dict[str, float] = field(default_factory=dict)
 
 

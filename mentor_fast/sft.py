@@ -59,7 +59,7 @@ def sft_warmup(model: str, data_overrides: list[str], out: Path, seed: int, sche
     import torch
 
     from mentor_fast.data import PromptBuilder, build_source
-    from mentor_fast.mentor.reference import cold_hint
+    from mentor_fast.mentor.writers.solutions import cold_hint
     from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
 
     torch.manual_seed(seed)

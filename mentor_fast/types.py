@@ -16,18 +16,24 @@ Origin = Literal["initial", "mentor"]
 @dataclass(frozen=True)
 class CodeTask:
     """What a code problem's program is checked against. Privileged like `solution_steps`: the tests
-    and the reference reach the sandbox and the mentor, never the learner's prompt."""
+    and the solution reach the sandbox and the mentor, never the learner's prompt."""
 
     tests: str  # Python source run after the program in the same interpreter (asserts; HumanEval:
     # the problem's `test` plus `check(entry_point)`); for style "stdio", source that runs SOURCE
     entry_point: str = ""  # the function the tests call ("" for stdio programs)
     prompt: str = ""  # code the completion is assembled onto (HumanEval: imports, signature,
     # docstring); "" when the completion is the whole program
-    reference: str = ""  # a reference solution (a whole program), "" when unknown
+    solution: str = ""  # a correct program (the problem's reference solution), "" when unknown
     style: str = "function"  # "function": the tests call entry_point; "stdio": the tests run the
     # program's source (bound to the name SOURCE) on each input and compare what it prints
     step_markers: tuple[str, ...] = ()  # one regex per Problem.solution_steps entry: an attempt whose
-    # code matches it has that step (the reference mentor's "missing step"); () when unknown
+    # code matches it has that step (the worked-solutions writer's "missing step"); () when unknown
+
+    @property
+    def reference(self) -> str:
+        """`solution`, under the name sft.py, benchmarks/code_bench.py and tests/test_code_trainer.py,
+        test_humaneval.py read (their owners move to `solution`)."""
+        return self.solution
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,8 @@ class Problem:
     source: str = ""  # "ladder", "path/to/file.jsonl:17", ...
     columns: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)  # extra dataset
     # columns, passed to custom reward functions as keyword arguments
-    code: CodeTask | None = None  # code problems: tests, entry point, reference (gold is the
-    # reference program, or "")
+    code: CodeTask | None = None  # code problems: tests, entry point, solution (gold is the
+    # solution program, or "")
 
 
 @dataclass

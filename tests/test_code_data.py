@@ -58,13 +58,13 @@ def test_every_problem_is_well_formed():
         code = p.code
         assert code is not None and code.style == "function" and code.prompt == ""
         assert f"`{code.entry_point}(" in p.question and " -> " in p.question  # the exact signature
-        assert p.gold == code.reference and code.reference.startswith(f"def {code.entry_point}(")
+        assert p.gold == code.solution and code.solution.startswith(f"def {code.entry_point}(")
         assert 5 <= code.tests.count("assert ") <= 8
         assert len(p.solution_steps) == len(code.step_markers) >= 1
         for step in p.solution_steps:  # words, not code
             assert not re.search(r"[()`=_\[\]{}]", step), (p.id, step)
         for marker in code.step_markers:  # the reference has every step it describes
-            assert re.search(marker, code.reference), (p.id, marker, code.reference)
+            assert re.search(marker, code.solution), (p.id, marker, code.solution)
 
 
 def test_held_out_problems_are_disjoint_from_training():
@@ -85,12 +85,12 @@ def test_references_pass_and_trivially_wrong_programs_fail_in_the_sandbox():
     problems = [ladder.train_problem(i, level) for level in LEVELS for i in range(3)]
     jobs = []
     for p in problems:
-        jobs += [(p.code.reference, p.code.tests), (_stub(p.code.entry_point, "None"), p.code.tests),
+        jobs += [(p.code.solution, p.code.tests), (_stub(p.code.entry_point, "None"), p.code.tests),
                  (_stub(p.code.entry_point, "0"), p.code.tests)]
     results = run_many(jobs, 10, workers=2)
     for k, p in enumerate(problems):
         ref, none, zero = results[3 * k : 3 * k + 3]
-        assert ref.passed, (p.id, ref.status, ref.message, ref.test_line, p.code.reference, p.code.tests)
+        assert ref.passed, (p.id, ref.status, ref.message, ref.test_line, p.code.solution, p.code.tests)
         assert none.status == "failed" and zero.status == "failed", (p.id, none.test_line, zero.test_line)
 
 
@@ -189,10 +189,10 @@ def test_default_layout(tmp_path):
     path = _write(tmp_path, "mine.jsonl", [row, {**row, "reference": None}])
     (p, q), report = load_code_jsonl(path)
     assert (p.id, p.source, p.question, p.gold) == ("mine-1", f"{path}:1", row["prompt"], row["reference"])
-    assert p.code == CodeTask(row["tests"], "inc", reference=row["reference"])
+    assert p.code == CodeTask(row["tests"], "inc", solution=row["reference"])
     assert p.columns == {"difficulty": "easy"}
     assert q.gold == "" and report.loaded == 2
-    assert run_tests(p.code.reference, p.code.tests, 10).passed
+    assert run_tests(p.code.solution, p.code.tests, 10).passed
 
 
 MBPP_ROW = {

@@ -1,25 +1,20 @@
 """The code mentor: the closed code taxonomy read from genuine sandbox results of deliberately wrong
-programs, the reference mentor's diagnosis and hints by level (no code, no hidden expected output),
+programs, the worked-solutions writer's diagnosis and hints by level (no code, no hidden expected output),
 and the LLM agents' code templates over a fake backend (fault_injection-style fixed replies)."""
 
 import json
 
 import pytest
 
-from mentor_fast.mentor import CODE_FAILURES, FailureCase, LeakGuard, LLMAgents, ReferenceMentor
-from mentor_fast.mentor.agents import diagnose_messages, fused_messages, instruct_messages
-from mentor_fast.mentor.code_guard import expected_outputs
-from mentor_fast.mentor.code_reference import describe_input, parse_test_line
+from mentor_fast.mentor import TASKS, FailureCase, LeakGuard, LLMAgents, TaskKind, WorkedSolutions, cold_hint
+from mentor_fast.mentor.cases import choose_attempts
 from mentor_fast.mentor.counts import Counts
-from mentor_fast.mentor.diagnosis import (
-    Diagnosis,
-    choose_attempts,
-    code_failure,
-    final_answer_key,
-    normalize_label,
-)
-from mentor_fast.mentor.reference import cold_hint
+from mentor_fast.mentor.diagnosis import Diagnosis
+from mentor_fast.mentor.tasks.code_analysis import describe_input, parse_test_line
+from mentor_fast.mentor.tasks.code_attempts import code_failure
+from mentor_fast.mentor.tasks.code_outputs import expected_outputs
 from mentor_fast.mentor.testing import CharPromptBuilder, mentor_config
+from mentor_fast.mentor.writers.prompts import diagnose_messages, fused_messages, instruct_messages
 from mentor_fast.rewards.code import run_tests
 from mentor_fast.types import CodeTask, Group, Problem, Rollout
 
@@ -54,7 +49,7 @@ PROBLEM = Problem(
     REFERENCE,
     STEPS,
     source="test",
-    code=CodeTask(TESTS, "second_largest", reference=REFERENCE, step_markers=MARKERS),
+    code=CodeTask(TESTS, "second_largest", solution=REFERENCE, step_markers=MARKERS),
 )
 NO_DEDUPE = "def second_largest(nums):\n    s = sorted(nums)[::-1]\n    return s[1] if s[1:] else None\n"
 HEAPQ = "def second_largest(nums):\n    top = heapq.nlargest(2, set(nums))\n    return (top + [None])[1]\n"
@@ -93,8 +88,12 @@ def run(results, kind):
     return attempt(f"Here is my solution:\n```python\n{PROGRAMS[kind][0]}```\nDone.", results[kind])
 
 
+MATH, CODE = TASKS[TaskKind.MATH], TASKS[TaskKind.CODE]
+CODE_FAILURES = CODE.failures
+
+
 def case_of(rollouts, task="code"):
-    return FailureCase.from_group(Group(0, PROBLEM, [1], rollouts), task=task)
+    return FailureCase.from_group(Group(0, PROBLEM, [1], rollouts), task)
 
 
 # ---------------------------------------------------------------- taxonomy
@@ -139,17 +138,17 @@ def test_taxonomy_is_closed_and_old_labels_are_aliases():
         "wrong signature": "signature",
     }
     for old, new in aliases.items():
-        assert normalize_label(old, task="code") == new
-    assert normalize_label("arithmetic_slip", task="code") == "other"
-    assert normalize_label("timeout", task="math") == "other"
+        assert CODE.label(old) == new
+    assert CODE.label("arithmetic_slip") == "other"
+    assert MATH.label("timeout") == "other"
 
 
 def test_attempts_are_told_apart_by_how_they_fail(results):
     same = [run(results, "no_dedupe") for _ in range(3)]
     other = run(results, "index")
-    assert final_answer_key(same[0]) == "wrong_output: AssertionError at assert candidate([7, 7, 7]) is None"
-    assert final_answer_key(other).startswith("exception: IndexError at ")
-    chosen = choose_attempts([*same, other], k=2)
+    assert CODE.attempt_key(same[0]) == "wrong_output: AssertionError at assert candidate([7, 7, 7]) is None"
+    assert CODE.attempt_key(other).startswith("exception: IndexError at ")
+    chosen = choose_attempts([*same, other], CODE, k=2)
     assert chosen[0] is same[0] and chosen[1] is other  # the differently failing one is shown
     case = case_of([*same, other])
     assert case.kinds == {"wrong_output": 3, "exception": 1} and len(case.answers) == 2
@@ -162,7 +161,7 @@ def test_render_attempts_show_the_sandbox(results):
     assert "Failure kind: syntax" in text and "SyntaxError" in text
 
 
-# ---------------------------------------------------------------- reference mentor
+# ---------------------------------------------------------------- the worked-solutions writer
 
 
 def test_failing_test_is_parsed_as_data():
@@ -178,24 +177,24 @@ def test_failing_test_is_parsed_as_data():
 
 def test_diagnosis_majority_first_test_and_missing_step(results):
     case = case_of([run(results, "no_dedupe"), run(results, "no_dedupe"), run(results, "index")])
-    [d] = ReferenceMentor().diagnose([case])
+    [d] = WorkedSolutions().diagnose([case])
     assert d.failure_type == "wrong_output"
     assert "assert candidate([7, 7, 7]) is None" in d.first_error and "expected None" in d.first_error
     assert "input second_largest([7, 7, 7])" in d.first_error
     assert "no attempt has step 1" in d.root_cause and d.missing_knowledge == STEPS[0]
     # a tie goes to the earliest blocker: code that does not compile hides the rest
-    [d] = ReferenceMentor().diagnose([case_of([run(results, "no_dedupe"), run(results, "colon")])])
+    [d] = WorkedSolutions().diagnose([case_of([run(results, "no_dedupe"), run(results, "colon")])])
     assert d.failure_type == "syntax"
-    [d] = ReferenceMentor().diagnose([case_of([run(results, "no_dedupe")] * 2 + [run(results, "loop")])])
+    [d] = WorkedSolutions().diagnose([case_of([run(results, "no_dedupe")] * 2 + [run(results, "loop")])])
     assert d.failure_type == "wrong_output" and d.confidence == pytest.approx(0.4 + 0.5 * 2 / 3, abs=0.01)
 
 
 def test_truncated_groups_are_truncation():
     cut = [attempt("```python\ndef second_largest(nums):\n    distinct =", finish="length") for _ in range(2)]
     case = case_of(cut)
-    [d] = ReferenceMentor().diagnose([case])
+    [d] = WorkedSolutions().diagnose([case])
     assert d.failure_type == "truncation"
-    assert "length limit" in ReferenceMentor().hint(case, d, 1)
+    assert "length limit" in WorkedSolutions().hint(case, d, 1)
 
 
 HINTS = {  # kind -> what each level must say (genuine failures; the hints are the mentor's own)
@@ -246,7 +245,7 @@ HINTS = {  # kind -> what each level must say (genuine failures; the hints are t
 @pytest.mark.parametrize("kind", list(HINTS))
 def test_hints_by_level_say_what_and_never_code_or_outputs(results, kind):
     case = case_of([run(results, kind), run(results, kind)])
-    mentor, guard = ReferenceMentor(), LeakGuard()
+    mentor, guard = WorkedSolutions(), LeakGuard()
     [d] = mentor.diagnose([case])
     outputs = [repr(v) for v in expected_outputs(TESTS) if repr(v) not in QUESTION]  # 4, 9, -5
     for level, must in zip((1, 2, 3), HINTS[kind]):
@@ -269,10 +268,10 @@ def test_cold_hint_for_a_code_problem_points_at_the_first_step():
 
 def test_pipeline_guards_code_hints_with_the_problems_code_task(results):
     """The Mentor passes the problem's CodeTask to the guard: a hint stating a hidden test's expected
-    output is rejected (test_output needs code.tests), the reference mentor's own hint passes."""
+    output is rejected (test_output needs code.tests), the worked-solutions writer's own hint passes."""
     from mentor_fast.mentor import Mentor
 
-    class FakeLeakyAgents(ReferenceMentor):  # fault injection: the first hint states a hidden output
+    class FakeLeakyAgents(WorkedSolutions):  # fault injection: the first hint states a hidden output
         name, regenerates = "fake_leaky", True
 
         def __init__(self):
@@ -291,7 +290,7 @@ def test_pipeline_guards_code_hints_with_the_problems_code_task(results):
     )
     mentor = Mentor(cfg, FakeLeakyAgents(), CharPromptBuilder())
     group = Group(3, PROBLEM, [1], [run(results, "no_dedupe") for _ in range(4)])
-    [iv] = mentor.write_hints([group], 0)
+    [iv] = mentor.write_hints([group], 0).interventions
     assert [v["gate"] for v in iv.verdicts] == ["test_output", None]
     assert iv.hint is not None and iv.hint.text.startswith("Your function returns a wrong value")
     assert iv.diagnosis.failure_type == "wrong_output"

@@ -9,8 +9,8 @@ import pytest
 
 from mentor_fast.config import load_config
 from mentor_fast.evaluate import main as eval_main
-from mentor_fast.mentor.diagnosis import CODE_FAILURES
 from mentor_fast.mentor.guard import check_hint
+from mentor_fast.mentor.tasks.code import CODE_FAILURES
 from mentor_fast.metrics import read_metrics
 from mentor_fast.trainer import Trainer
 
@@ -20,7 +20,7 @@ CODE = ["data.source=code_ladder", "reward.kind=code", "reward.code.timeout_s=4"
 
 def test_tiny_code_ladder_run_with_the_mentor(tmp_path, capsys):
     cfg = load_config([TINY], [f"output_dir={tmp_path}", *CODE, "trainer.max_steps=2", "trainer.tensorboard=false",
-                               "mentor.enable=true", "mentor.async=false", "mentor.trigger.start_level=2"])
+                               "mentor.enable=true", "mentor.reroll.schedule=in_step", "mentor.trigger.start_level=2"])
     Trainer(cfg).fit()
     assert "reward: code: programs and tests in the sandbox, `unshare" in capsys.readouterr().out
     rows = read_metrics(tmp_path / "metrics.jsonl")

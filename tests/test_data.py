@@ -80,8 +80,8 @@ def test_worked_steps_recompute_to_the_gold(level):
 
 
 def test_level7_operator_is_defined_only_in_the_worked_solution():
+    from mentor_fast.mentor import cold_hint
     from mentor_fast.mentor.guard import leaks_answer
-    from mentor_fast.mentor.reference import cold_hint
 
     rng = random.Random("level7")
     questions = set()
@@ -394,7 +394,7 @@ def test_decode_completion_skips_special_tokens(tokenizer):
 
 
 def test_ladder_llama_tokenizer_is_small_and_lossless():
-    from mentor_fast.mentor.reference import cold_hint
+    from mentor_fast.mentor import cold_hint
     from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
 
     path = resolve_model_path("ladder-llama")

@@ -5,8 +5,9 @@ an input or a plan still pass."""
 import pytest
 
 from mentor_fast.mentor import check_hint, leaks_answer
-from mentor_fast.mentor.code_guard import expected_outputs
-from mentor_fast.mentor.guard import LEAK_GATES, normalize_gold
+from mentor_fast.mentor.guard import LEAK_GATES
+from mentor_fast.mentor.tasks.code_outputs import expected_outputs
+from mentor_fast.mentor.tasks.math_gates import normalize_gold
 from mentor_fast.types import CodeTask
 
 FRAC, NEG, SURD, HALF_PI = "\\frac{3}{4}", "-7", "2\\sqrt{3}", "\\frac{\\pi}{2}"
@@ -216,14 +217,14 @@ BEST_REF = (
 
 TASKS = {
     "best": (
-        CodeTask("assert largest([2, 9]) == 9\n", "largest", reference=BEST_REF),
+        CodeTask("assert largest([2, 9]) == 9\n", "largest", solution=BEST_REF),
         "Write largest(nums).",
     ),
-    "count": (CodeTask(COUNT_TESTS, "count_inversions", reference=COUNT_REF), COUNT_Q),
-    "words": (CodeTask(WORDS_TESTS, "reverse_words", reference=WORDS_REF), WORDS_Q),
-    "dup": (CodeTask(DUP_TESTS, "has_duplicates", reference=DUP_REF), DUP_Q),
-    "mean": (CodeTask(MEAN_TESTS, "mean", reference=MEAN_REF), "Write mean(nums), the average of nums."),
-    "uniq": (CodeTask(UNIQ_TESTS, "sorted_unique", reference=UNIQ_REF), UNIQ_Q),
+    "count": (CodeTask(COUNT_TESTS, "count_inversions", solution=COUNT_REF), COUNT_Q),
+    "words": (CodeTask(WORDS_TESTS, "reverse_words", solution=WORDS_REF), WORDS_Q),
+    "dup": (CodeTask(DUP_TESTS, "has_duplicates", solution=DUP_REF), DUP_Q),
+    "mean": (CodeTask(MEAN_TESTS, "mean", solution=MEAN_REF), "Write mean(nums), the average of nums."),
+    "uniq": (CodeTask(UNIQ_TESTS, "sorted_unique", solution=UNIQ_REF), UNIQ_Q),
 }
 
 CODE_LEAKING = [
@@ -295,12 +296,12 @@ def test_step_numbers_of_a_plan_are_not_hidden_outputs():
     from mentor_fast.types import CodeTask
 
     tests = "assert f([]) == 0\nassert f([1]) == 1\nassert f([-5, 2]) == 4\n"
-    code = CodeTask(tests=tests, entry_point="f", reference="def f(xs):\n    return sum(x * x for x in xs if x > 0)\n")
+    code = CodeTask(tests=tests, entry_point="f", solution="def f(xs):\n    return sum(x * x for x in xs if x > 0)\n")
     question = "Write a Python function `f(xs: list[int]) -> int` that returns the sum of the squares of the positives."
     plan = ("Plan: 1) Start a total at zero; 2) Go through the numbers one by one; 3) Skip the numbers that are "
             "not greater than 0; 4) Add the square of each remaining number; 5) Return the total.")
-    assert check_hint(plan, code.reference, task="code", code=code, question=question).ok
-    stated = check_hint("For a list holding only 1, it should return 1.", code.reference, task="code", code=code,
+    assert check_hint(plan, code.solution, task="code", code=code, question=question).ok
+    stated = check_hint("For a list holding only 1, it should return 1.", code.solution, task="code", code=code,
                         question=question)
     assert not stated.ok and stated.gate == "test_output"
 
@@ -308,17 +309,17 @@ def test_step_numbers_of_a_plan_are_not_hidden_outputs():
 @pytest.mark.parametrize("task,hint,gate", CODE_LEAKING)
 def test_code_leaks_are_rejected_by_their_gate(task, hint, gate):
     code, question = TASKS[task]
-    v = check_hint(hint, code.reference, task="code", code=code, question=question)
+    v = check_hint(hint, code.solution, task="code", code=code, question=question)
     assert not v.ok and v.gate == gate, f"{hint!r}: expected {gate}, got {v}"
     assert gate in LEAK_GATES and leaks_answer(
-        hint, code.reference, task="code", code=code, question=question
+        hint, code.solution, task="code", code=code, question=question
     )
 
 
 @pytest.mark.parametrize("task,hint", CODE_CLEAN)
 def test_code_pointers_and_plans_pass(task, hint):
     code, question = TASKS[task]
-    v = check_hint(hint, code.reference, task="code", code=code, question=question)
+    v = check_hint(hint, code.solution, task="code", code=code, question=question)
     assert v.ok, f"{hint!r} rejected by {v.gate}: {v.detail}"
 
 
@@ -332,18 +333,18 @@ def test_expected_outputs_of_tests():
 def test_what_the_question_or_prompt_shows_is_no_leak():
     code, question = TASKS["count"]
     assert not check_hint(
-        "It should return 45.", code.reference, task="code", code=code, question=question
+        "It should return 45.", code.solution, task="code", code=code, question=question
     ).ok
     assert check_hint(
         "It should return 45.",
-        code.reference,
+        code.solution,
         task="code",
         code=code,
         question=question + " count_inversions(list(range(10, 0, -1))) returns 45.",
     ).ok
     # a HumanEval prompt shows the signature and names: they are the learner's too
     prompt = "def reverse_words(s):\n    words_list = None  # fill in\n"
-    humaneval = CodeTask(WORDS_TESTS, "reverse_words", prompt=prompt, reference=WORDS_REF)
+    humaneval = CodeTask(WORDS_TESTS, "reverse_words", prompt=prompt, solution=WORDS_REF)
     assert not check_hint(
         "Fill words_list first.", WORDS_REF, task="code", code=TASKS["words"][0], question=WORDS_Q
     ).ok

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import torch
 
 from mentor_fast.config import RolloutConfig
 from mentor_fast.models import load_policy, load_tokenizer
-from mentor_fast.rollout.base import RolloutEngine, SamplingParams
+from mentor_fast.rollout.base import RolloutEngine, SamplingParams, refuse_horizon
 from mentor_fast.rollout.hf import CPU_GQA_ATTENTION, HFEngine, eos_token_ids, sample_tokens
 
 QUESTIONS = ["What is 2 + 2?", "Tom has 17 apples and gives away 5. How many apples are left? Explain."]
@@ -287,21 +288,26 @@ def test_eos_ids_include_generation_config():
 
 @pytest.mark.parametrize("batch_size", [64, 3])  # one chunk; then requests[0]'s rows and the rest in separate chunks
 def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, prompts, batch_size):
-    """mentor.reroll.horizon: once every row of requests[0] has ended, a row of a later request is cut
-    at `horizon` times the longest of them. Rows that end before the limit, and requests[0]'s rows,
-    get the tokens they get without a horizon; a cut row gets the first `limit` of them."""
+    """A rider's horizon (SamplingParams.horizon; the mentor's mentor.reroll.horizon): once every row
+    of requests[0] has ended, a row of a later request with a horizon is cut at `horizon` times the
+    longest of them. Rows that end before the limit, requests[0]'s rows and the rows of a rider
+    without a horizon get the tokens they get without one; a cut row gets the first `limit` of them."""
     lead = SamplingParams(n=3, max_new_tokens=16, temperature=0.7, top_p=0.9, seed=5)
     rest = SamplingParams(n=4, max_new_tokens=16, temperature=0.7, top_p=0.9, seed=9)
-    requests = [(prompts[:1], lead), (prompts, rest)]
+    requests = [(prompts[:1], lead), (prompts, rest), (prompts, rest)]
+    riders = [(prompts[:1], lead), (prompts, dataclasses.replace(rest, horizon=1.0)), (prompts, rest)]
     handle = model.lm_head.register_forward_hook(eos_bias_hook)
     try:
         full = engine(model, tok).generate_many(requests)
-        cut = engine(model, tok, batch_size).generate_many(requests, horizon=1.0)
-        with pytest.raises(ValueError, match="horizon must be 0"):
-            engine(model, tok).generate_many(requests, horizon=0.5)
+        cut = engine(model, tok, batch_size).generate_many(riders)
+        for bad in ([(prompts[:1], dataclasses.replace(lead, horizon=1.0))],  # the lead has none
+                    [requests[0], (prompts, dataclasses.replace(rest, horizon=0.5))]):
+            with pytest.raises(ValueError, match="a horizon is 0 \\(off\\) or >= 1"):
+                engine(model, tok).generate_many(bad)
     finally:
         handle.remove()
     assert [[s.token_ids for s in g] for g in cut[0]] == [[s.token_ids for s in g] for g in full[0]]
+    assert [[s.token_ids for s in g] for g in cut[2]] == [[s.token_ids for s in g] for g in full[2]]
     limit = max(len(s.token_ids) for s in full[0][0])
     assert limit < lead.max_new_tokens  # the lead rows stopped early, so there is something to cut
     n_cut = 0
@@ -313,3 +319,12 @@ def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, pr
             assert got.finish_reason == "cut" and got.token_ids == want.token_ids[:limit]
             assert len(got.logprobs) == limit
     assert 0 < n_cut < 8, n_cut  # some later rows were cut, and some ended in time
+
+
+def test_engines_that_cannot_cut_refuse_a_horizon():
+    """The vLLM engines' scheduler finishes what it admitted: a request with a horizon is refused
+    before anything runs (rollout/base.py refuse_horizon), one without passes."""
+    plain = SamplingParams(n=2, max_new_tokens=8)
+    refuse_horizon([([[1]], plain), ([[2]], plain)], "vllm")
+    with pytest.raises(ValueError, match="cannot cut rows mid-call"):
+        refuse_horizon([([[1]], plain), ([[2]], dataclasses.replace(plain, horizon=1.0))], "vllm")

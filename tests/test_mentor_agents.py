@@ -1,4 +1,4 @@
-"""Agents: tolerant JSON, garbage handling, fused and separate calls, and the reference mentor."""
+"""Agents: tolerant JSON, garbage handling, fused and separate calls, and the worked-solutions writer."""
 
 import json
 
@@ -8,23 +8,20 @@ from mentor_fast.mentor import (
     Diagnosis,
     FailureCase,
     LLMAgents,
-    ReferenceMentor,
+    WorkedSolutions,
     check_hint,
+    cold_hint,
     parse_json_object,
 )
-from mentor_fast.mentor.agents import (
-    Failed,
-    diagnose_messages,
-    fused_messages,
-    instruct_messages,
-    parse_hint,
-    prompt,
-)
-from mentor_fast.mentor.diagnosis import choose_attempts, normalize_label, truncate_middle
-from mentor_fast.mentor.reference import cold_hint
+from mentor_fast.mentor.cases import choose_attempts, truncate_middle
+from mentor_fast.mentor.tasks import TASKS, TaskKind
 from mentor_fast.mentor.testing import ScriptedBackend, ladder_problem, make_group
+from mentor_fast.mentor.writers.base import Failed
+from mentor_fast.mentor.writers.prompts import diagnose_messages, fused_messages, instruct_messages, prompt
+from mentor_fast.mentor.writers.replies import parse_hint
 from mentor_fast.types import Problem
 
+MATH, CODE = TASKS[TaskKind.MATH], TASKS[TaskKind.CODE]
 DIAG = {
     "failure_type": "arithmetic slip",
     "root_cause": "432 - 129 is done wrongly.",
@@ -49,7 +46,7 @@ def test_tolerant_json(reply):
     obj = parse_json_object(reply)
     assert obj is not None
     if "failure_type" in obj:
-        assert normalize_label(obj["failure_type"]) == "arithmetic_slip"
+        assert MATH.label(obj["failure_type"]) == "arithmetic_slip"
     else:
         assert obj == {"note": "a } inside a string"}
 
@@ -60,34 +57,34 @@ def test_garbage_json_is_none(reply):
 
 
 def test_labels_and_diagnosis_from_json():
-    assert normalize_label("Format/Extraction") == "format"
-    assert normalize_label("no verification / premature answer") == "premature_answer"
-    assert normalize_label("Edge cases", task="code") == "wrong_output"  # the old code label, now an alias
-    assert normalize_label("edge cases", task="math") == "other"  # closed per task
-    d = Diagnosis.from_json({"failure_type": "truncation", "confidence": "7", "missing_knowledge": "null"})
+    assert MATH.label("Format/Extraction") == "format"
+    assert MATH.label("no verification / premature answer") == "premature_answer"
+    assert CODE.label("Edge cases") == "wrong_output"  # the old code label, now an alias
+    assert MATH.label("edge cases") == "other"  # closed per task
+    d = Diagnosis.from_json({"failure_type": "truncation", "confidence": "7", "missing_knowledge": "null"}, MATH)
     assert d.failure_type == "truncation" and d.confidence == 1.0 and d.missing_knowledge is None
-    assert Diagnosis.from_json({"root_cause": "no label"}) is None
-    assert Diagnosis.from_json(["not", "a", "dict"]) is None
+    assert Diagnosis.from_json({"root_cause": "no label"}, MATH) is None
+    assert Diagnosis.from_json(["not", "a", "dict"], MATH) is None
 
 
 def test_attempt_selection_covers_distinct_answers_and_truncates():
     p = ladder_problem()
     g = make_group(p, ["a \\boxed{1}", "b \\boxed{1}", "c \\boxed{2}", "d no answer", "e \\boxed{ 2 }"])
-    chosen = choose_attempts(g.rollouts, k=3)
+    chosen = choose_attempts(g.rollouts, MATH, k=3)
     assert [r.text[0] for r in chosen] == ["a", "c", "d"]
     same = make_group(p, ["x \\boxed{1}"] * 4)
-    assert len(choose_attempts(same.rollouts, k=3)) == 2  # answer-concentrated: still two attempts
+    assert len(choose_attempts(same.rollouts, MATH, k=3)) == 2  # answer-concentrated: still two attempts
     long = "H" * 1000 + "M" * 1000 + "T" * 1000
     cut = truncate_middle(long, 100, 100)
     assert (
         cut.startswith("H" * 100) and cut.endswith("T" * 100) and "M" not in cut and "2800 characters" in cut
     )
-    case = FailureCase.from_group(g)
+    case = FailureCase.from_group(g, "math")
     assert case.answers == {"1": 2, "2": 2, "<no answer>": 1}
 
 
 def test_prompts_are_filled_and_share_a_prefix():
-    case = FailureCase.from_group(make_group(ladder_problem(), ["47 + 385 = 431 \\boxed{302}"] * 3))
+    case = FailureCase.from_group(make_group(ladder_problem(), ["47 + 385 = 431 \\boxed{302}"] * 3), "math")
     d = Diagnosis("arithmetic_slip", "slip")
     msgs = [diagnose_messages(case), fused_messages(case), instruct_messages(case, d, 2, "it states 303")]
     for m in msgs:
@@ -110,7 +107,7 @@ def test_fused_call_gives_diagnosis_and_all_levels_in_one_call():
     )
     backend = ScriptedBackend(lambda m: reply)
     agents = LLMAgents(backend, fused=True)
-    case = FailureCase.from_group(make_group(ladder_problem(), ["\\boxed{302}"] * 2))
+    case = FailureCase.from_group(make_group(ladder_problem(), ["\\boxed{302}"] * 2), "math")
     [d] = agents.diagnose([case])
     assert d.failure_type == "arithmetic_slip" and len(backend.calls) == 1
     hints = agents.instruct([case, case], [d, d], [1, 3], [None, None])
@@ -133,7 +130,8 @@ def test_garbage_is_retried_once_then_failed():
     )
     agents = LLMAgents(backend, fused=False)
     cases = [
-        FailureCase.from_group(make_group(ladder_problem(f"q{i}"), ["\\boxed{1}"] * 2)) for i in range(3)
+        FailureCase.from_group(make_group(ladder_problem(f"q{i}"), ["\\boxed{1}"] * 2), "math")
+        for i in range(3)
     ]
     out = agents.diagnose(cases)
     assert out[0] == Failed("garbage") and isinstance(out[1], Diagnosis) and out[2] == Failed("error")
@@ -150,15 +148,15 @@ def test_hint_parsing():
     assert parse_hint("<hint>   </hint>") is None and parse_hint(None) is None
 
 
-# ---------------------------------------------------------------- the reference mentor
+# ---------------------------------------------------------------- the worked-solutions writer
 
 
 def ladder_case(texts, finish="stop"):
-    return FailureCase.from_group(make_group(ladder_problem(), texts, finish=finish))
+    return FailureCase.from_group(make_group(ladder_problem(), texts, finish=finish), "math")
 
 
-def test_reference_mentor_end_to_end_on_a_ladder_problem():
-    ref = ReferenceMentor()
+def test_worked_solutions_end_to_end_on_a_ladder_problem():
+    ref = WorkedSolutions()
     case = ladder_case(["47 + 385 = 431, 431 - 129 = 302, \\boxed{302}", "I get \\boxed{293}"])
     [d] = ref.diagnose([case])
     assert d.failure_type == "arithmetic_slip" and d.first_error == "step 1: 47 + 385"
@@ -171,8 +169,8 @@ def test_reference_mentor_end_to_end_on_a_ladder_problem():
         assert "303" not in h and check_hint(h, "303", case.problem.solution_steps, level=level).ok
 
 
-def test_reference_mentor_never_gives_the_last_result():
-    ref = ReferenceMentor()
+def test_worked_solutions_never_gives_the_last_result():
+    ref = WorkedSolutions()
     case = ladder_case(["47 + 385 = 432 then 432 - 129 = 313 \\boxed{313}"] * 2)  # step 1 right, step 2 wrong
     [d] = ref.diagnose([case])
     assert d.first_error == "step 2: 432 - 129"
@@ -193,8 +191,8 @@ def test_reference_plan_names_each_earlier_result_once():
     ), hint
 
 
-def test_reference_mentor_reads_verifier_signals():
-    ref = ReferenceMentor()
+def test_worked_solutions_reads_verifier_signals():
+    ref = WorkedSolutions()
     [trunc] = ref.diagnose([ladder_case(["47 + 385 is " + "very " * 50] * 3, finish="length")])
     [fmt] = ref.diagnose([ladder_case(["I think it is 300", "maybe 12", "\\boxed{5}"])])
     [strategy] = ref.diagnose([ladder_case(["47 * 385 = 18095 \\boxed{18095}"] * 2)])
@@ -216,12 +214,12 @@ def test_reference_mentor_reads_verifier_signals():
             "Natalia sold 48+24 = 72 clips altogether in April and May.",
         ),
     )
-    case = FailureCase.from_group(make_group(p, ["48*2 = 96, so \\boxed{144}"] * 2))
+    case = FailureCase.from_group(make_group(p, ["48*2 = 96, so \\boxed{144}"] * 2), "math")
     [d] = ref.diagnose([case])
     assert ref.hint(case, d, 3) == "Start with this step: 48 / 2 = 24. Then continue on your own."
     assert "72" not in ref.hint(case, d, 2)
     # no worked solution: stock metacognitive hints
-    bare = FailureCase.from_group(make_group(Problem("b", "q?", "7"), ["\\boxed{1}"] * 2))
+    bare = FailureCase.from_group(make_group(Problem("b", "q?", "7"), ["\\boxed{1}"] * 2), "math")
     [bd] = ref.diagnose([bare])
     assert "Re-read the question" in ref.hint(bare, bd, 1)
 
@@ -242,6 +240,6 @@ def test_reference_mentor_reads_verifier_signals():
     ],
 )
 def test_reference_steps_are_read_as_bare_computations(step, lhs):
-    from mentor_fast.mentor.reference import parse_step
+    from mentor_fast.mentor.writers.math_steps import parse_step
 
     assert parse_step(1, step).lhs == lhs

@@ -7,16 +7,18 @@ import typing
 import pytest
 
 from mentor_fast.algo.assemble import ASSEMBLERS, LossMode
-from mentor_fast.config import AgentsConfig, MentorLossConfig, RolloutConfig
+from mentor_fast.config import AgentsConfig, MentorLossConfig, RerollConfig, RolloutConfig
+from mentor_fast.config.mentor import RerollSchedule
 from mentor_fast.mentor import (
     BACKENDS,
+    SCHEDULES,
     BackendKind,
     LLMAgents,
     LocalBackend,
     Mentor,
     OpenAIBackend,
-    ReferenceMentor,
     SelfBackend,
+    WorkedSolutions,
     build_backend,
 )
 from mentor_fast.mentor.testing import (
@@ -32,13 +34,14 @@ from mentor_fast.types import Sample
 
 
 def test_registries_cover_the_config_choices():
-    assert {str(k) for k in BACKENDS} == set(typing.get_args(typing.get_type_hints(AgentsConfig)["backend"]))
+    assert typing.get_type_hints(AgentsConfig)["backend"] is BackendKind and set(BACKENDS) == set(BackendKind)
+    assert typing.get_type_hints(RerollConfig)["schedule"] is RerollSchedule and set(SCHEDULES) == set(RerollSchedule)
     modes = set(typing.get_args(typing.get_type_hints(MentorLossConfig)["mode"]))
     assert modes == {str(m) for m in ASSEMBLERS} == {str(m) for m in LossMode}
 
 
 def test_build_backend_by_kind():
-    assert isinstance(build_backend(AgentsConfig()), ReferenceMentor)
+    assert isinstance(build_backend(AgentsConfig()), WorkedSolutions)
     b = build_backend(AgentsConfig(backend="openai", model="m", base_url="http://127.0.0.1:9/v1", retries=3))
     assert (
         isinstance(b, OpenAIBackend) and b.retries == 3 and b.url == "http://127.0.0.1:9/v1/chat/completions"

@@ -78,16 +78,16 @@ def with_hint(pred=lambda hint: True, successes=1):
     return rule
 
 
-def mentor_for(backend="reference", *overrides):
+def mentor_for(backend="worked_solutions", *overrides):
     cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1", "trigger.collapse_delta=1.1",
                         *overrides)
-    if backend == "reference":
+    if backend == "worked_solutions":
         return Mentor.from_config(cfg, CharPromptBuilder())
     return Mentor(cfg, backend, CharPromptBuilder())
 
 
 def test_pipeline_with_scripted_engine_fault_free():
-    mentor = mentor_for("reference", "reroll.count=3", "loss.max_replace=1")
+    mentor = mentor_for("worked_solutions", "reroll.count=3", "loss.max_replace=1")
     groups = batch("FPFA")
     calls = []
     out = mentor.intervene(
@@ -127,7 +127,7 @@ def test_pipeline_with_scripted_engine_fault_free():
 
 
 def test_escalation_rounds_until_a_level_works():
-    mentor = mentor_for("reference", "reroll.count=2", "reroll.max_rounds=3")
+    mentor = mentor_for("worked_solutions", "reroll.count=2", "reroll.max_rounds=3")
     calls = []
     needs_step = with_hint(lambda h: "=" in h)  # only a level-3 hint ("47 + 385 = 432") helps
     out = mentor.intervene(batch("F"), 0, scripted_generate(needs_step, log=calls), exact_score, PARAMS)
@@ -141,7 +141,7 @@ def test_escalation_rounds_until_a_level_works():
 
 
 def test_no_rescue_within_max_rounds_keeps_the_group():
-    mentor = mentor_for("reference", "reroll.count=2", "reroll.max_rounds=2")
+    mentor = mentor_for("worked_solutions", "reroll.count=2", "reroll.max_rounds=2")
     groups = batch("F")
     out = mentor.intervene(groups, 0, scripted_generate(with_hint(lambda h: False)), exact_score, PARAMS)
     assert out.groups[0] is groups[0] and out.metrics["mentor/rescued"] == 0
@@ -149,7 +149,7 @@ def test_no_rescue_within_max_rounds_keeps_the_group():
 
 
 def test_group_mode_rerolls_g_and_swaps_the_group():
-    mentor = mentor_for("reference", "loss.mode=group", "reroll.count=2")  # rerolls is ignored: group mode re-rolls G
+    mentor = mentor_for("worked_solutions", "loss.mode=group", "reroll.count=2")  # rerolls is ignored: group mode re-rolls G
     calls = []
     out = mentor.intervene(
         batch("FA"), 0, scripted_generate(with_hint(successes=2), log=calls), exact_score, PARAMS
@@ -163,15 +163,16 @@ def test_guard_reject_falls_back_to_a_lower_level():
     # gold 5 equals the first step's result, so the level-3 hint "2 + 3 = 5" leaks
     p = Problem("five", "What is 2 + 3 + 0?", "5", ("2 + 3 = 5", "5 + 0 = 5"))
     g = make_group(p, ["\\boxed{1}"] * G, group_id=7)
-    mentor = mentor_for("reference", "trigger.start_level=3")
-    [iv] = mentor.write_hints([g], step=0)
+    mentor = mentor_for("worked_solutions", "trigger.start_level=3")
+    hinted = mentor.write_hints([g], step=0)
+    [iv] = hinted.interventions
     assert [(v["level"], v["ok"], v["gate"]) for v in iv.verdicts] == [
         (3, False, "gold_context"),
         (2, True, None),
     ]
     assert iv.hint.level == 2 and "5" not in iv.hint.text.replace("(the result of 1)", "")
-    mentor.reroll([iv], scripted_generate(lambda prompt, k: "\\boxed{5}"), exact_score, PARAMS)
-    m = mentor.finish([g], [iv]).metrics
+    mentor.reroll(hinted, scripted_generate(lambda prompt, k: "\\boxed{5}"), exact_score, PARAMS)
+    m = mentor.finish(hinted).metrics
     assert (
         m["mentor/leak_rejects"] == 1
         and m["mentor/leak_rejects/gold_context"] == 1
@@ -231,7 +232,8 @@ def test_llm_backend_faults_leave_groups_without_hints_and_count_them():
     assert m["mentor/leak_rejects/gold"] == 1
     assert out.groups[1] is groups[1] and out.groups[2] is groups[2]  # training goes on without hints
     assert m["groups/all_fail_frac_after_mentor"] == pytest.approx(2 / 3)
-    assert mentor.finish(groups, [], 1).metrics.get("mentor/errors/scripted", 0) == 0  # counts are per step
+    later = mentor.write_hints(batch("P"), 1)  # nothing to hint: no calls
+    assert mentor.finish(later).metrics.get("mentor/errors/scripted", 0) == 0  # counts are per step
 
 
 def test_fused_hints_serve_later_rounds_without_new_calls():
@@ -252,25 +254,25 @@ def test_fused_hints_serve_later_rounds_without_new_calls():
 
 def test_async_split_matches_sync_and_state_round_trips():
     groups = batch("FFP")
-    sync = mentor_for("reference", "reroll.count=2").intervene(groups, 0, scripted_generate(with_hint()), exact_score, PARAMS)
-    mentor = mentor_for("reference", "reroll.count=2")
+    sync = mentor_for("worked_solutions", "reroll.count=2").intervene(groups, 0, scripted_generate(with_hint()), exact_score, PARAMS)
+    mentor = mentor_for("worked_solutions", "reroll.count=2")
     box = {}
-    worker = threading.Thread(target=lambda: box.setdefault("ivs", mentor.write_hints(groups, 0)))
+    worker = threading.Thread(target=lambda: box.setdefault("hinted", mentor.write_hints(groups, 0)))
     worker.start()
     worker.join(timeout=30)
-    ivs = mentor.reroll(box["ivs"], scripted_generate(with_hint(), policy_version=2), exact_score, PARAMS, 2)
-    out = mentor.finish(groups, ivs)
+    mentor.reroll(box["hinted"], scripted_generate(with_hint(), policy_version=2), exact_score, PARAMS, 2)
+    out = mentor.finish(box["hinted"])
     assert [[r.text for r in g.rollouts] for g in out.groups] == [
         [r.text for r in g.rollouts] for g in sync.groups
     ]
     assert all(r.policy_version == 2 for g in out.groups for r in g.rollouts if r.origin == "mentor")
-    fresh = mentor_for("reference", "reroll.count=2")
+    fresh = mentor_for("worked_solutions", "reroll.count=2")
     fresh.load_state_dict(json.loads(json.dumps(mentor.state_dict())))
     assert fresh.state_dict() == mentor.state_dict()
 
 
 def test_collapse_surge_and_graduation_metrics():
-    mentor = mentor_for("reference", "reroll.count=2", "trigger.max_groups_frac=0.5", "trigger.collapse_abs=0.6")
+    mentor = mentor_for("worked_solutions", "reroll.count=2", "trigger.max_groups_frac=0.5", "trigger.collapse_abs=0.6")
     groups = batch("FFFF")  # z = 1.0 > 0.6: collapse event, surge raises the cap to all groups
     out = mentor.intervene(groups, 0, scripted_generate(with_hint()), exact_score, PARAMS)
     assert out.metrics["mentor/collapse_event"] == 1 and out.metrics["mentor/surge_active"] == 1
@@ -296,27 +298,28 @@ def test_overlong_hinted_prompt_and_deadline_mean_no_hint():
         return json.dumps({"diagnosis": {"failure_type": "format"}})  # fused reply without hints
 
     slow_mentor = mentor_for(ScriptedBackend(slow), "agents.timeout_s=0.01")
-    [iv] = slow_mentor.write_hints([g], 0)
+    [iv] = slow_mentor.write_hints([g], 0).interventions
     assert iv.hint is None and iv.no_hint_reason == "deadline"
 
 
 def test_cut_rerolls_are_dropped_unscored_and_counted():
-    """mentor.reroll.horizon: a re-roll the engine cut (finish_reason "cut") has no answer yet. It is
+    """A rider horizon (mentor.reroll.horizon): a re-roll the engine cut (finish_reason "cut") has no answer yet. It is
     not scored, not a failure, not a candidate for assembly; the step counts it."""
     import dataclasses
 
-    mentor = mentor_for("reference", "reroll.count=3", "reroll.max_rounds=1")
+    mentor = mentor_for("worked_solutions", "reroll.count=3", "reroll.max_rounds=1")
     groups = batch("FFP")
-    ivs = mentor.write_hints(groups, 0)
-    request = mentor.first_round(ivs, PARAMS)
+    hinted = mentor.write_hints(groups, 0)
+    ivs = hinted.interventions
+    request = mentor.first_round(hinted, PARAMS)
     samples = scripted_generate(with_hint(successes=3))(request.prompts, request.params)
     # every re-roll would solve: only the cuts decide what counts
     samples[0] = [dataclasses.replace(s, finish_reason="cut") for s in samples[0]]  # all cut
     samples[1][0] = dataclasses.replace(samples[1][0], finish_reason="cut")  # one cut, two kept
     scored = []
-    mentor.reroll(ivs, scripted_generate(with_hint()), lambda rs: (scored.extend(rs), exact_score(rs)), PARAMS,
+    mentor.reroll(hinted, scripted_generate(with_hint()), lambda rs: (scored.extend(rs), exact_score(rs)), PARAMS,
                   first=(request, samples))
-    out = mentor.finish(groups, ivs, 0)
+    out = mentor.finish(hinted)
     assert len(scored) == 2 and all(r.finish_reason != "cut" for r in scored)
     assert [len(iv.rerolls) for iv in ivs] == [0, 2] and [iv.cut for iv in ivs] == [3, 1]
     assert [iv.rescued for iv in ivs] == [False, True]

@@ -17,17 +17,18 @@ MENTOR_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("async_", [False, True], ids=["sync", "async"])
-def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, async_):
+@pytest.mark.parametrize("schedule", ["in_step", "next_step_extra_rows"])
+def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, schedule):
+    deferred = schedule != "in_step"
     cfg = load_config(["configs/tiny_test.yaml"], [
-        f"output_dir={tmp_path}", "mentor.enable=true", f"mentor.async={str(async_).lower()}",
+        f"output_dir={tmp_path}", "mentor.enable=true", f"mentor.reroll.schedule={schedule}",
         "mentor.reroll.count=2", "trainer.max_steps=3", "trainer.tensorboard=false",
     ])
     Trainer(cfg).fit()
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
-    # sync: every step reports its own interventions; async: step t reports step t-1's
-    reporting = rows if not async_ else rows[1:]
+    # in_step: every step reports its own interventions; next_step: step t reports step t-1's
+    reporting = rows if not deferred else rows[1:]
     for row in reporting:
         for key in MENTOR_KEYS:
             assert key in row, (key, row)
@@ -35,7 +36,7 @@ def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, async_):
         assert row["groups/all_fail_frac"] == 1.0
         assert row["mentor/triggered"] >= 1
         assert row["mentor/rerolls"] >= 2
-    if async_:  # step t's first re-roll round rode in step t+1's generate call
+    if deferred:  # step t's first re-roll round rode in step t+1's generate call
         assert "mentor/overlap_frac" in rows[1] and "off_policy/max_lag" in rows[1]
         assert rows[1]["mentor/merged_rerolls"] == 2 * rows[1]["mentor/triggered"]
         assert "mentor/merged_rerolls" not in rows[0]
@@ -51,7 +52,8 @@ def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
     collapse and surge flags) and the backend's counts are in the checkpoint, so every resumed row
     equals the uninterrupted run's, timings aside (the first resumed step once logged
     mentor/all_fail_frac, collapse_event and surge_active as 0)."""
-    over = ["mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2", "trainer.tensorboard=false"]
+    over = ["mentor.enable=true", "mentor.reroll.schedule=next_step_extra_rows", "mentor.reroll.count=2",
+            "trainer.tensorboard=false"]
     full, part = tmp_path / "full", tmp_path / "part"
     Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={full}", "trainer.max_steps=4", *over])).fit()
     Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={part}", "trainer.max_steps=2", *over])).fit()
@@ -66,23 +68,42 @@ def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
     assert b[2]["mentor/collapse_event"] == a[2]["mentor/collapse_event"] == 1.0
 
 
-def test_reroll_horizon_is_checked():
-    for over, msg in [(["mentor.reroll.horizon=0.5"], "0 \\(off\\) or >= 1"),
-                      (["mentor.reroll.horizon=1", "rollout.engine=vllm"], "needs rollout.engine=hf"),
-                      (["mentor.reroll.horizon=1", "mentor.async=false"], "needs mentor.async=true"),
-                      (["mentor.reroll.horizon=1", "mentor.loss.mode=group"], "loss.mode=group")]:
-        with pytest.raises(ConfigError, match=f"mentor.reroll.horizon.*{msg}"):
-            load_config(["configs/tiny_test.yaml"], over)
+def test_reroll_horizon_applies_only_to_rows_riding_in_the_next_steps_call_on_hf():
+    riding = "mentor.reroll.horizon cuts the re-rolls riding in the next step's generate call"
+    for over, msg in [(["mentor.reroll.horizon=0.5"], "must be 0 \\(off\\) or >= 1"),
+                      (["rollout.engine=vllm"], riding),
+                      (["mentor.reroll.schedule=in_step"], riding),
+                      (["mentor.reroll.schedule=during_update", "rollout.engine=vllm",
+                        "rollout.vllm_sleep_level=0"], riding),
+                      (["mentor.loss.mode=group"], riding)]:
+        with pytest.raises(ConfigError, match=msg):
+            load_config(["configs/tiny_test.yaml"], ["mentor.reroll.horizon=1", *over])
+    for schedule in ("next_step_extra_rows", "next_step_shared_rows"):
+        cfg = load_config(["configs/tiny_test.yaml"], ["mentor.reroll.horizon=1", f"mentor.reroll.schedule={schedule}"])
+        assert cfg.mentor.reroll.horizon == 1
+
+
+def test_old_mentor_keys_name_the_new_ones():
+    """mentor.async, reroll.when and reroll.budget were one choice in three keys: now
+    mentor.reroll.schedule; the reference backend is worked_solutions."""
+    for old in ("mentor.async=false", "mentor.reroll.when=during_update", "mentor.reroll.budget=shared",
+                "mentor.reroll_budget=shared"):
+        with pytest.raises(ConfigError, match="was renamed: use mentor.reroll.schedule .*in_step"):
+            load_config(["configs/tiny_test.yaml"], [old])
+    with pytest.raises(ConfigError, match="reference was renamed worked_solutions"):
+        load_config(["configs/tiny_test.yaml"], ["mentor.agents.backend=reference"])
+    with pytest.raises(ConfigError, match="schedule=during_update needs rollout.engine=vllm"):
+        load_config(["configs/tiny_test.yaml"], ["mentor.reroll.schedule=during_update"])
 
 
 def test_shared_reroll_budget_skips_the_last_prompts_of_the_step(tmp_path):
-    """mentor.reroll.budget=shared: the merged re-rolls take the rows of the step's last prompts, so
-    the call decodes at most prompts_per_step x num_generations rows (unless one prompt must stay),
-    and the prompts kept are the ones vanilla GRPO would get first."""
+    """mentor.reroll.schedule=next_step_shared_rows: the merged re-rolls take the rows of the step's
+    last prompts, so the call decodes at most prompts_per_step x num_generations rows (unless one
+    prompt must stay), and the prompts kept are the ones vanilla GRPO would get first."""
     prompts, g = 3, 4
     cfg = load_config(["configs/tiny_test.yaml"], [
-        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.reroll.count=2",
-        "mentor.reroll.max_rounds=1", "mentor.trigger.max_groups_frac=1", "mentor.reroll.budget=shared",
+        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.reroll.schedule=next_step_shared_rows",
+        "mentor.reroll.count=2", "mentor.reroll.max_rounds=1", "mentor.trigger.max_groups_frac=1",
         f"rollout.prompts_per_step={prompts}", f"rollout.num_generations={g}", "trainer.max_steps=4",
         "trainer.tensorboard=false",
     ])
@@ -109,8 +130,6 @@ def test_shared_reroll_budget_skips_the_last_prompts_of_the_step(tmp_path):
             assert row["groups/count"] * g + merged <= prompts * g
         skipped += skip
     assert skipped > 0
-    with pytest.raises(ConfigError, match="reroll.budget=shared needs mentor.async=true"):
-        load_config(["configs/tiny_test.yaml"], ["mentor.reroll.budget=shared", "mentor.async=false"])
 
 
 def test_reroll_horizon_cuts_merged_rerolls_in_training(tmp_path):
@@ -120,9 +139,9 @@ def test_reroll_horizon_cuts_merged_rerolls_in_training(tmp_path):
     from test_hf_engine import eos_bias_hook  # tests/ is on sys.path (pytest rootdir-relative imports)
 
     cfg = load_config(["configs/tiny_test.yaml"], [
-        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.async=true", "mentor.reroll.count=4",
-        "mentor.reroll.max_rounds=1", "mentor.reroll.horizon=1", "trainer.max_steps=4", "trainer.tensorboard=false",
-        "rollout.temperature=0.7",
+        f"output_dir={tmp_path}", "mentor.enable=true", "mentor.reroll.schedule=next_step_extra_rows",
+        "mentor.reroll.count=4", "mentor.reroll.max_rounds=1", "mentor.reroll.horizon=1", "trainer.max_steps=4",
+        "trainer.tensorboard=false", "rollout.temperature=0.7",
     ])
     trainer = Trainer(cfg)
     trainer.model.lm_head.register_forward_hook(eos_bias_hook)

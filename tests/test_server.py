@@ -56,7 +56,7 @@ def test_a_training_run_against_the_server_with_rerolls_during_the_update(server
 
     cfg = load_config(["configs/tiny_test.yaml"], [
         f"output_dir={tmp_path}", "rollout.engine=vllm", "rollout.vllm_mode=server", f"rollout.vllm_server_url={server}",
-        "mentor.enable=true", "mentor.reroll.count=2", "mentor.reroll.when=during_update", "trainer.max_steps=3",
+        "mentor.enable=true", "mentor.reroll.count=2", "mentor.reroll.schedule=during_update", "trainer.max_steps=3",
         "trainer.tensorboard=false", "trainer.skip_zero_advantage=false"])
     Trainer(cfg).fit()
     rows = read_metrics(tmp_path / "metrics.jsonl")

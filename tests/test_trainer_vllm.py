@@ -80,7 +80,7 @@ def test_weight_sync_timeout_stops_the_run_and_keeps_the_last_checkpoint(tmp_pat
 
 
 def test_rerolls_generated_during_the_update_by_the_policy_before_it(tmp_path):
-    """mentor.reroll.when=during_update: step t's first re-roll round is generated in the mentor's
+    """mentor.reroll.schedule=during_update: step t's first re-roll round is generated in the mentor's
     thread while step t's update runs, by the engine's pre-update weights (version t-1), and step
     t+1 takes the samples instead of adding riders to its call; the sync waits for that call.
     The background call holds on until the update has begun, so the two surely overlap: a round
@@ -89,7 +89,7 @@ def test_rerolls_generated_during_the_update_by_the_policy_before_it(tmp_path):
 
     cfg = load_config(["configs/tiny_test.yaml"], [
         f"output_dir={tmp_path}", "rollout.engine=vllm", "mentor.enable=true", "mentor.reroll.count=2",
-        "mentor.reroll.when=during_update", "trainer.max_steps=3", "trainer.tensorboard=false",
+        "mentor.reroll.schedule=during_update", "trainer.max_steps=3", "trainer.tensorboard=false",
     ])
     trainer = Trainer(cfg)
     log, began, cond = [], [0], threading.Condition()  # began: updates begun so far

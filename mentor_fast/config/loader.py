@@ -16,8 +16,11 @@ from typing import Any, Literal
 
 import yaml
 
+from mentor_fast.config.mentor import RerollSchedule
 from mentor_fast.config.schema import CODE_SYSTEM_PROMPT, MATH_SYSTEM_PROMPT, ConfigError, RunConfig
 
+# mentor.reroll.schedule values whose first round rides in the next step's generate call
+_RIDING = (RerollSchedule.NEXT_STEP_EXTRA_ROWS, RerollSchedule.NEXT_STEP_SHARED_ROWS)
 # Field names that are Python keywords are spelled with a trailing underscore in code.
 _ALIASES = {"async": "async_"}
 
@@ -34,12 +37,15 @@ RENAMED = {
     "mentor.max_rounds": "mentor.reroll.max_rounds",
     "mentor.max_staleness": "mentor.reroll.max_staleness",
     "mentor.reroll_horizon": "mentor.reroll.horizon",
-    "mentor.reroll_budget": "mentor.reroll.budget",
+    **dict.fromkeys(("mentor.async", "mentor.reroll.when", "mentor.reroll.budget", "mentor.reroll_budget"), (
+        "mentor.reroll.schedule (async=false is in_step; async=true is next_step_extra_rows, with "
+        "budget=shared next_step_shared_rows, with when=during_update during_update)")),
     "mentor.loss_mode": "mentor.loss.mode",
     **{f"mentor.{old}": f"mentor.loss.{old}" for old in (
         "max_replace", "transfer_is_cap", "shaping_gamma", "distill_coef")},
 }
 _VALUE_HINTS = {
+    "mentor.agents.backend": "; reference was renamed worked_solutions (CHANGELOG.md)",
     "loss.type": ("; TRL's loss types grpo, dapo, bnpo and dr_grpo are loss.type=clip with loss.aggregation="
                   "seq_mean_token_mean, token_mean, token_mean_micro and constant"),
 }
@@ -234,22 +240,16 @@ def validate(cfg: RunConfig) -> None:
         (m.loss.distill_coef >= 0, "mentor.loss.distill_coef must be >= 0"),
         (m.reroll.horizon == 0 or m.reroll.horizon >= 1,
          f"mentor.reroll.horizon must be 0 (off) or >= 1, got {m.reroll.horizon}"),
-        (m.reroll.horizon == 0 or cfg.rollout.engine == "hf",
-         "mentor.reroll.horizon needs rollout.engine=hf (the vllm engine cannot cut rows mid-call)"),
-        (m.reroll.horizon == 0 or m.async_,
-         "mentor.reroll.horizon needs mentor.async=true (it cuts the round that rides in the next step's call)"),
-        (m.reroll.when == "next_step" or (m.async_ and cfg.rollout.engine == "vllm" and cfg.rollout.vllm_sleep_level == 0),
-         ("mentor.reroll.when=during_update needs mentor.async=true, rollout.engine=vllm (the HF engine decodes "
-          "with the module the update trains) and rollout.vllm_sleep_level=0 (a sleeping engine cannot generate)")),
-        (m.reroll.when == "next_step" or m.reroll.budget == "extra",
-         "mentor.reroll.budget=shared takes rows of the next step's call; with reroll.when=during_update use extra"),
-        (m.reroll.when == "next_step" or m.reroll.horizon == 0,
-         "mentor.reroll.horizon cuts the round riding in the next step's call; not with reroll.when=during_update"),
-        (m.reroll.budget == "extra" or m.async_,
-         ("mentor.reroll.budget=shared needs mentor.async=true (only a re-roll round that rides in the "
-          "next step's generate call can take that step's rows)")),
-        (m.reroll.horizon == 0 or m.loss.mode != "group",
-         "mentor.reroll.horizon cannot be used with mentor.loss.mode=group (a cut re-roll leaves the group short)"),
+        (m.reroll.horizon == 0 or (m.reroll.schedule in _RIDING and cfg.rollout.engine == "hf"
+                                   and m.loss.mode != "group"),
+         ("mentor.reroll.horizon cuts the re-rolls riding in the next step's generate call: it needs "
+          "mentor.reroll.schedule=next_step_extra_rows or next_step_shared_rows, rollout.engine=hf (vLLM "
+          "cannot cut rows mid-call) and a mentor.loss.mode other than group (a cut re-roll leaves the "
+          "group short)")),
+        (m.reroll.schedule != RerollSchedule.DURING_UPDATE
+         or (cfg.rollout.engine == "vllm" and cfg.rollout.vllm_sleep_level == 0),
+         ("mentor.reroll.schedule=during_update needs rollout.engine=vllm (the HF engine decodes with the "
+          "module the update trains) and rollout.vllm_sleep_level=0 (a sleeping engine cannot generate)")),
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
          "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
         (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mentor_fast.compat import StrEnum
+
 
 @dataclass
 class TriggerConfig:
@@ -32,12 +34,21 @@ class TriggerConfig:
     rescued starts one level lower next time."""
 
 
+class BackendKind(StrEnum):
+    """mentor.agents.backend: who writes the hints (mentor/backends.py)."""
+
+    WORKED_SOLUTIONS = "worked_solutions"
+    SELF = "self"
+    LOCAL = "local"
+    OPENAI = "openai"
+
+
 @dataclass
 class AgentsConfig:
     """Who diagnoses a failed group and writes its hint (mentor/backends.py), and their limits."""
 
-    backend: Literal["reference", "self", "local", "openai"] = "reference"
-    """reference: deterministic, from the data's worked solutions (no LLM); self: the policy through
+    backend: BackendKind = BackendKind.WORKED_SOLUTIONS
+    """worked_solutions: deterministic, from the data's worked solutions (no LLM); self: the policy through
     the rollout engine; local: a second local model (`model_path`); openai: an OpenAI-compatible
     endpoint (`base_url`, `model`)."""
     timeout_s: float = 60.0
@@ -68,34 +79,44 @@ class AgentsConfig:
     """backend=openai: concurrent requests."""
 
 
+class RerollSchedule(StrEnum):
+    """mentor.reroll.schedule: when a step's re-rolls are generated, and in whose rows."""
+
+    IN_STEP = "in_step"
+    NEXT_STEP_EXTRA_ROWS = "next_step_extra_rows"
+    NEXT_STEP_SHARED_ROWS = "next_step_shared_rows"
+    DURING_UPDATE = "during_update"
+
+
 @dataclass
 class RerollConfig:
-    """How the policy re-tries a hinted group (mentor/pipeline.py, mentor/method.py)."""
+    """How and when the policy re-tries a hinted group (mentor/rerolls.py, mentor/method.py)."""
 
     count: int = 4
     """M: re-rolls per hinted group per round (loss.mode=group uses G)."""
     max_rounds: int = 2
     """Rounds; a group with no success after a round is re-hinted one level higher."""
     max_staleness: int = 1
-    """Async: drop hints whose failed rollouts are more than this many policy versions old."""
+    """Hints written beside an update are dropped when their failed rollouts are more than this many
+    policy versions old (mentor/stale_dropped)."""
+    schedule: RerollSchedule = RerollSchedule.NEXT_STEP_EXTRA_ROWS
+    """When step t's hints and their first re-roll round are made, and in whose rows.
+    in_step: within step t, by the policy that failed (on-policy; the update waits for them).
+    next_step_extra_rows: the hints are written in a background thread while t's update runs; the
+    first round rides in step t+1's initial generate call, by the updated policy, on top of its
+    prompts_per_step x num_generations rows.
+    next_step_shared_rows: as next_step_extra_rows, but the round takes the rows of t+1's last
+    ceil(rows / num_generations) prompts (mentor/prompts_skipped; one prompt always stays), so the
+    call decodes about as many rows as vanilla GRPO's: MENTOR costs fresh prompts, not decode time.
+    during_update: the hints and their first round are made in the background while t's update
+    runs, by the policy before it (one version off-policy, within max_staleness, corrected by
+    loss.is_cap), for an engine on GPUs of its own (rollout.engine=vllm, vllm_sleep_level=0).
+    Later rounds (max_rounds > 1) run in calls of their own: within t for in_step, at t+1 else."""
     horizon: float = 0.0
-    """Async (HF engine): the first re-roll round rides in the next step's generate call; a re-roll
-    still running when the call's initial rollouts have all ended may decode up to this many times
-    the longest of them, then is cut and dropped (mentor/rerolls_cut). 0: off; else >= 1. Cuts bias
-    the re-rolls that count toward short ones. Not with loss.mode=group, which needs a full group."""
-    when: Literal["next_step", "during_update"] = "next_step"
-    """Async: when the first re-roll round of step t's hints is generated. next_step: in step t+1's
-    initial generate call, by the updated policy (on-policy; the only choice with a colocated,
-    sleeping engine, where nothing generates during the update). during_update: in the background
-    while step t's update runs, by the policy before it (one version off-policy, within
-    max_staleness, corrected by loss.is_cap): the overlap an engine on GPUs of its own allows
-    (rollout.engine=vllm, vllm_sleep_level=0). Later rounds run at t+1 either way."""
-    budget: Literal["extra", "shared"] = "extra"
-    """Async: where the riding round's rows come from. extra: on top of the step's prompts_per_step
-    x num_generations rows. shared: out of them; the step draws its prompts as usual and skips the
-    last ceil(rows / num_generations) (mentor/prompts_skipped; at least one prompt stays), so the
-    call decodes about as many rows as vanilla GRPO's. MENTOR then costs fresh prompts instead of
-    decode time. Later rounds (max_rounds > 1) are always extra."""
+    """schedule=next_step_*, HF engine: a riding re-roll still running when the call's initial
+    rollouts have all ended may decode up to this many times the longest of them, then is cut and
+    dropped (mentor/rerolls_cut). 0: off; else >= 1. Cuts bias the re-rolls that count toward short
+    ones. Not with loss.mode=group, which needs a full group."""
 
 
 @dataclass
@@ -121,10 +142,6 @@ class MentorLossConfig:
 class MentorConfig:
     enable: bool = False
     """Run MENTOR on groups whose initial rollouts all fail."""
-    async_: bool = True
-    """Write step t's hints in the background during its update; their first re-roll round rides in
-    step t+1's generate call, from the next policy version (key: mentor.async). false: diagnose,
-    hint and re-roll within the step."""
     task: Literal["auto", "math", "code"] = "auto"
     """Failure taxonomy and leak-guard gates to use; auto: reward.kind's."""
     dump: bool = True

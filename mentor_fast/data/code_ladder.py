@@ -3,10 +3,10 @@
 Levels 1-7 are the templates of data/code_tasks.py (its docstring has the table) and
 data/code_tasks_jump.py (levels 5-7, and how the jump's natural attempts fail): levels 1-2 are
 within reach of a 135M instruct model some of the time, levels 6-7 are the jump, where the natural
-attempt fails a specific test, and the reference mentor's steps say what it misses.
+attempt fails a specific test, and the worked-solutions writer's steps say what it misses.
 
 A problem is a Problem with `code` set: the question names the function and its exact signature;
-`gold` and `code.reference` hold the reference program; `solution_steps` say its steps in words and
+`gold` and `code.solution` hold the solution program; `solution_steps` say its steps in words and
 `code.step_markers` match an attempt's code that has each step; `code.tests` are asserts whose
 expected values were computed at generation time.
 
@@ -54,9 +54,9 @@ def draw_task(level: int, rng: random.Random, held_out: bool = False) -> Task:
 
 def make_code_problem(level: int, rng: random.Random, problem_id: str, held_out: bool = False) -> Problem:
     task = draw_task(level, rng, held_out)
-    code = CodeTask(tests=task.tests(), entry_point=task.name, reference=task.reference, style="function",
+    code = CodeTask(tests=task.tests(), entry_point=task.name, solution=task.solution, style="function",
                     step_markers=task.markers)
-    return Problem(problem_id, task.question, task.reference, task.steps, level=level, source="code_ladder",
+    return Problem(problem_id, task.question, task.solution, task.steps, level=level, source="code_ladder",
                    code=code)
 
 

@@ -2,7 +2,7 @@
 
 Rows are read by data/jsonl.py's `load_rows` (bytes decoded line by line, a bad row is
 "path:line: reason", or counted with on_bad_row="skip"). Every layout becomes a Problem whose
-`code` holds the tests, the entry point and the reference (also `gold`; "" when the row has none);
+`code` holds the tests, the entry point and the solution (also `gold`; "" when the row has none);
 `solution_steps` and `code.step_markers` stay empty (the rows have no worked steps). Problem.id is
 "<file stem>-<line>" (HumanEval: its task_id), Problem.source "<path>:<line>", and the columns a
 layout does not read go to Problem.columns.
@@ -105,7 +105,7 @@ def _json_column(row: dict[str, Any], key: str, kind: type, optional: bool = Fal
 
 
 def _default(row: dict[str, Any]) -> Parsed:
-    task = CodeTask(_text(row, "tests"), _text(row, "entry_point"), reference=_text(row, "reference", True))
+    task = CodeTask(_text(row, "tests"), _text(row, "entry_point"), solution=_text(row, "reference", True))
     return _text(row, "prompt"), task, ("prompt", "tests", "entry_point", "reference")
 
 
@@ -135,7 +135,7 @@ def _mbpp(row: dict[str, Any]) -> Parsed:
     # MBPP's usual prompt shows the task and one of its tests, which names the function and its arguments.
     question = f"{text.strip()}\nThe function must pass tests like: {asserts[0].strip()}"
     tests = (setup.rstrip() + "\n" if setup.strip() else "") + "\n".join(asserts) + "\n"
-    return question, CodeTask(tests, entry, reference=code), ("text", "test_list", "test_setup_code", "code")
+    return question, CodeTask(tests, entry, solution=code), ("text", "test_list", "test_setup_code", "code")
 
 
 def _lines(value: Any) -> str:
@@ -160,9 +160,9 @@ def _apps(row: dict[str, Any]) -> Parsed:
         how = (f"Start from this code:\n```python\n{starter.rstrip()}\n```" if starter.strip()
                else f"Write a Python function named `{name}`.")
         tests = _CALL_TESTS.format(name=name, cases=cases)
-        return f"{question.rstrip()}\n\n{how}", CodeTask(tests, name, reference=reference), used
+        return f"{question.rstrip()}\n\n{how}", CodeTask(tests, name, solution=reference), used
     cases = json.dumps([[_lines(a), _lines(o)] for a, o in zip(inputs, outputs, strict=True)])
-    task = CodeTask(_STDIO_TESTS.format(cases=cases), reference=reference, style="stdio")
+    task = CodeTask(_STDIO_TESTS.format(cases=cases), solution=reference, style="stdio")
     how = "Write a Python program that reads the input from standard input and prints the answer."
     return f"{question.rstrip()}\n\n{how}", task, used
 
@@ -177,7 +177,7 @@ def _humaneval(row: dict[str, Any]) -> Parsed:
     prompt, test, entry = _text(row, "prompt"), _text(row, "test"), _text(row, "entry_point")
     solution = _text(row, "canonical_solution", True)
     reference = prompt + solution if solution else ""
-    task = CodeTask(test + f"\ncheck({entry})\n", entry, prompt=prompt, reference=reference)
+    task = CodeTask(test + f"\ncheck({entry})\n", entry, prompt=prompt, solution=reference)
     return humaneval_question(prompt, entry), task, ("prompt", "test", "entry_point", "canonical_solution")
 
 
@@ -193,7 +193,7 @@ def _converter(path: Path, columns: str, id_key: str | None = None) -> RowConver
         question, task, used = parse(row)
         problem_id = _text(row, id_key) if id_key else f"{path.stem}-{line_no}"
         extra = {k: v for k, v in row.items() if k not in used and k != id_key}
-        return Problem(problem_id, question, task.reference, source=f"{path}:{line_no}", columns=extra,
+        return Problem(problem_id, question, task.solution, source=f"{path}:{line_no}", columns=extra,
                        code=task)
 
     return convert

@@ -48,7 +48,7 @@ class Task:
         return f"{self.preamble}Write a Python function `{self.signature}` that {self.does}."
 
     @property
-    def reference(self) -> str:
+    def solution(self) -> str:
         body = self.body.strip("\n").rstrip()
         return f"def {self.signature}:\n{body}\n"
 

@@ -1,34 +1,42 @@
 """MENTOR: when every rollout of a prompt fails, diagnose why, write a guarded instructional prompt,
-and let the current policy re-try with it (research/algorithm.md 2.6-2.12).
+and let the current policy re-try with it (docs/mentor.md).
 
 Build from the config: `Mentor.from_config(cfg.mentor, builder, engine=..., tokenizer=...)`, then
-`mentor.intervene(groups, step, generate_fn, score_fn, params)` each step (or the async split
-`write_hints` in a background thread, then `reroll` + `finish` on the trainer's thread). The
-trainer uses it through `MentorMethod` (method.py), which holds the hints in flight.
+`mentor.intervene(groups, step, generate_fn, score_fn, params)` each step (or the split:
+`write_hints`, then `reroll` + `finish` on the step's `HintedStep`). The trainer uses it through
+`MentorMethod` (method.py), which decides when each part runs and holds the hints in flight.
+
+The package by concern: orchestration here (method.py, pipeline.py, scheduler.py), re-roll rounds
+and the assembly of rescued groups for any method with hints (rerolls.py, rescue.py), what the
+mentor reads and returns (cases.py, diagnosis.py), the leak guard (guard.py), the writers
+(writers/, built by backends.py), and one registry entry per task (tasks/).
 """
 
-from mentor_fast.mentor.agents import Failed, LLMAgents, MentorBackend, parse_json_object
-from mentor_fast.mentor.backends import (
-    BACKENDS,
-    BackendKind,
-    LocalBackend,
-    SelfBackend,
-    as_agents,
-    build_backend,
-)
+from mentor_fast.mentor.backends import BACKENDS, BackendKind, as_agents, build_backend
+from mentor_fast.mentor.cases import FailureCase
 from mentor_fast.mentor.counts import Counts
-from mentor_fast.mentor.diagnosis import CODE_FAILURES, MATH_FAILURES, Diagnosis, FailureCase
-from mentor_fast.mentor.guard import GuardVerdict, LeakGuard, check_hint, leaks_answer
-from mentor_fast.mentor.method import MentorMethod
-from mentor_fast.mentor.openai_backend import OpenAIBackend
-from mentor_fast.mentor.pipeline import Intervention, Mentor, MentorOutcome
-from mentor_fast.mentor.reference import ReferenceMentor
+from mentor_fast.mentor.diagnosis import Diagnosis
+from mentor_fast.mentor.guard import LEAK_GATES, GuardVerdict, LeakGuard, check_hint, leaks_answer
+from mentor_fast.mentor.intervention import Intervention
+from mentor_fast.mentor.method import SCHEDULES, MentorMethod
+from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
+from mentor_fast.mentor.rerolls import RerollRequest, Rerolls
+from mentor_fast.mentor.rescue import assemble_rescues
 from mentor_fast.mentor.scheduler import CollapseDetector, Scheduler, StepPlan
+from mentor_fast.mentor.tasks import TASKS, Task, TaskKind, task_for
+from mentor_fast.mentor.writers.base import Agents, Failed, MentorBackend
+from mentor_fast.mentor.writers.llm import LLMAgents
+from mentor_fast.mentor.writers.local import LocalBackend, SelfBackend
+from mentor_fast.mentor.writers.openai import OpenAIBackend
+from mentor_fast.mentor.writers.replies import parse_json_object
+from mentor_fast.mentor.writers.solutions import WorkedSolutions, cold_hint
 
 __all__ = [
     "BACKENDS",
-    "CODE_FAILURES",
-    "MATH_FAILURES",
+    "LEAK_GATES",
+    "SCHEDULES",
+    "TASKS",
+    "Agents",
     "BackendKind",
     "CollapseDetector",
     "Counts",
@@ -36,6 +44,7 @@ __all__ = [
     "Failed",
     "FailureCase",
     "GuardVerdict",
+    "HintedStep",
     "Intervention",
     "LLMAgents",
     "LeakGuard",
@@ -45,13 +54,20 @@ __all__ = [
     "MentorMethod",
     "MentorOutcome",
     "OpenAIBackend",
-    "ReferenceMentor",
+    "RerollRequest",
+    "Rerolls",
     "Scheduler",
     "SelfBackend",
     "StepPlan",
+    "Task",
+    "TaskKind",
+    "WorkedSolutions",
     "as_agents",
+    "assemble_rescues",
     "build_backend",
     "check_hint",
+    "cold_hint",
     "leaks_answer",
     "parse_json_object",
+    "task_for",
 ]

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from mentor_fast.mentor.diagnosis import final_answer_key, truncate_middle
+from mentor_fast.mentor.cases import truncate_middle
+from mentor_fast.mentor.intervention import Intervention
 from mentor_fast.mentor.scheduler import StepPlan
 from mentor_fast.types import Group
 
 
-def step_metrics(plan: StepPlan | None, ivs: list, out: list[Group], graduations: int, counts) -> dict[str, float]:
+def step_metrics(plan: StepPlan | None, ivs: list[Intervention], out: list[Group], graduations: int,
+                 counts) -> dict[str, float]:
     """A step's mentor/* metrics from its plan and interventions; `out` is the assembled batch."""
     rejects = Counter(v["gate"] for iv in ivs for v in iv.verdicts if not v["ok"])
     levels = Counter(iv.rescue_level or iv.hints[-1].level for iv in ivs if iv.hints)
@@ -41,9 +43,10 @@ def step_metrics(plan: StepPlan | None, ivs: list, out: list[Group], graduations
     return {k: float(v) for k, v in m.items()}
 
 
-def dump_row(iv) -> dict[str, Any]:
+def dump_row(iv: Intervention) -> dict[str, Any]:
     """One mentor.jsonl row: an intervention's attempts, diagnosis, hints, verdicts and re-rolls."""
     p = iv.group.problem
+    case = iv.case
     return {
         "step": iv.step,
         "group_id": iv.group.group_id,
@@ -53,11 +56,11 @@ def dump_row(iv) -> dict[str, Any]:
         "attempts": [
             {
                 "text": truncate_middle(r.text, 300, 300),
-                "answer": final_answer_key(r),
+                "answer": case.task.attempt_key(r),
                 "note": r.verifier_note,
                 "finish_reason": r.finish_reason,
             }
-            for r in iv.case.attempts
+            for r in (case.attempts if case else [])
         ],
         "diagnosis": iv.diagnosis.to_dict() if iv.diagnosis else None,
         "hint": iv.hints[-1].text if iv.hints else (iv.hint.text if iv.hint else None),

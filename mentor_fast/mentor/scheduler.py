@@ -3,8 +3,10 @@
 - Eligible: a group none of whose initial rollouts is correct (the verifier's flag, never the
   reward: a shaped or partial reward can be > 0 on a wrong answer).
 - Budget: at most ceil(frac * B) groups per step, frac = max_groups_frac, or surge_groups_frac
-  while a collapse surge is open; none before `exempt_steps` unless a surge is open. Over budget, longer collapse streaks go first, then a
-  deterministic pseudo-random tie-break (a hash of seed, step and problem id).
+  while a collapse surge is open; none before `exempt_steps` unless a surge is open. Over budget,
+  longer collapse streaks go first, then a deterministic pseudo-random tie-break (a hash of seed,
+  step and problem id). Nothing here reads a hint: any method that helps failed groups can take
+  its budget and its memory.
 - Collapse detector on z_t (the all-fail fraction): an event when z_t - EMA_{t-1} > delta or
   z_t > abs_threshold (for `patience` consecutive steps); an event opens (or re-arms) a surge of
   `surge_steps` steps.
@@ -23,9 +25,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mentor_fast.config import TriggerConfig
+from mentor_fast.mentor.levels import MAX_LEVEL, MIN_LEVEL
 from mentor_fast.types import Group, GroupSummary
-
-MIN_LEVEL, MAX_LEVEL = 1, 3
 
 
 class CollapseDetector:
@@ -97,9 +98,8 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, cfg: TriggerConfig, seed: int = 0, keep_hints: int = 3) -> None:
-        """cfg.exempt_steps: no interventions before this step unless a surge is open (research 2.6:
-        T_exempt, ~10% of the run; 0 disables). cfg.collapse_patience: consecutive steps for a
-        collapse event."""
+        """cfg.exempt_steps: no interventions before this step unless a surge is open (about 10% of
+        the run; 0 disables). cfg.collapse_patience: consecutive steps for a collapse event."""
         self.cfg, self.seed, self.keep_hints, self.exempt_steps = cfg, seed, keep_hints, cfg.exempt_steps
         self.detector = CollapseDetector(
             cfg.ema, cfg.collapse_delta, cfg.collapse_abs, cfg.surge_steps, cfg.collapse_patience
@@ -107,9 +107,7 @@ class Scheduler:
         self.memory: dict[str, ProblemRecord] = {}
         self.graduations = 0
         self.journal: list[tuple[str, bool, int | None, str]] = []  # records not yet exchanged
-        self._lock = (
-            threading.Lock()
-        )  # plan() may run in the mentor thread while record() runs in the trainer's
+        self._lock = threading.Lock()  # plan() may run in the mentor thread while record() runs in the trainer's
 
     def plan(self, groups: list[Group | GroupSummary], step: int) -> StepPlan:
         """Observe a step's scored groups (call it every step) and pick the groups to help.

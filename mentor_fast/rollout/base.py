@@ -23,6 +23,13 @@ class SamplingParams:
     keys: tuple[int, ...] | None = None
     """Each prompt's stream key, in place of its position in the call: the trainer passes global
     prompt indices (and the mentor group ids), so a prompt samples the same on any number of ranks."""
+    horizon: float = 0.0
+    """A request after the first of a `generate_many` call (a rider): once every row of the first
+    request has ended, a row of this one still decoding is cut at `horizon` times the longest of
+    them (finish_reason "cut", the tokens so far), so a few long riders cannot keep the call
+    running. 0: never cut; else >= 1. Cutting rows mid-decode needs the decode loop itself, so it
+    is the engine's to do: the HF engine does it, the vLLM engines (whose scheduler finishes what it
+    admitted) refuse a request with a horizon."""
 
     def key(self, i: int) -> int:
         return self.keys[i] if self.keys is not None else i
@@ -32,11 +39,8 @@ class SamplingParams:
 class RolloutEngine(Protocol):
     """Generates n samples per context, with the sampler's per-token log-probs.
 
-    Every engine implements every method; what an engine cannot do it declares in
-    `supports_horizon` and refuses with a ValueError, so callers never probe for methods."""
-
-    supports_horizon: bool
-    """`generate_many(..., horizon=h)` cuts the rows of later requests (HF: yes; vLLM: no)."""
+    Every engine implements every method; a request an engine cannot serve (a horizon on vLLM) it
+    refuses with a ValueError, so callers never probe for methods."""
 
     @property
     def policy_version(self) -> int:
@@ -52,14 +56,11 @@ class RolloutEngine(Protocol):
         """prompts: B token-id lists -> B lists of `params.n` Samples, in order."""
         ...
 
-    def generate_many(self, requests: list[Request], *, tag: str = "initial",
-                      horizon: float = 0.0) -> list[list[list[Sample]]]:
-        """Several requests (differing only in n and seed) in one decode loop, each served as its own
-        `generate` call would serve it: rows added to a running batch cost less than a second pass
-        over the weights. tag: the phase ("initial", "reroll", ...) for engines that count
-        prefix-cache hits per phase. horizon (0: off, else >= 1): rows of requests[1:] still running
-        when every row of requests[0] has ended are cut at `horizon` x the longest of those
-        (finish_reason "cut"); only where `supports_horizon`."""
+    def generate_many(self, requests: list[Request], *, tag: str = "initial") -> list[list[list[Sample]]]:
+        """Several requests (differing only in n, seed, keys and horizon) in one decode loop, each
+        served as its own `generate` call would serve it, unless cut at its horizon: rows added to a
+        running batch cost less than a second pass over the weights. tag: the phase ("initial",
+        "reroll", ...) for engines that count prefix-cache hits per phase."""
         ...
 
     def update_weights(self, model: torch.nn.Module, version: int) -> None:
@@ -109,10 +110,22 @@ def check_request(prompts: list[list[int]], params: SamplingParams, max_context_
 
 
 def check_mergeable(requests: list[Request]) -> None:
-    """Requests served by one decode loop may differ in n, seed and keys only."""
+    """Requests served by one decode loop may differ in n, seed, keys and horizon only; the first
+    leads (a horizon is measured against its rows), so it has none."""
     shared = {(p.max_new_tokens, p.temperature, p.top_p, p.greedy) for _, p in requests}
     if len(shared) > 1:
         raise ValueError(
             "requests merged into one generate call must share max_new_tokens, temperature, top_p and "
-            f"greedy (they may differ in n, seed and keys); got {sorted(shared)}"
+            f"greedy (they may differ in n, seed and keys, and a rider in its horizon); got {sorted(shared)}"
         )
+    for i, (_, p) in enumerate(requests):
+        if p.horizon and (i == 0 or p.horizon < 1):
+            raise ValueError(f"request {i} has horizon {p.horizon}: a horizon is 0 (off) or >= 1, and the "
+                             "first request of a call, which the others are measured against, has none")
+
+
+def refuse_horizon(requests: list[Request], engine: str) -> None:
+    """For engines that cannot cut rows mid-decode (their scheduler finishes what it admitted)."""
+    if any(p.horizon for _, p in requests):
+        raise ValueError(f"the {engine} engine cannot cut rows mid-call (a request with a horizon); "
+                         "use rollout.engine=hf")

@@ -7,9 +7,9 @@ decode loop is written out (not `model.generate`) for two reasons:
 - each sequence draws its randomness from its own stream, seeded from (seed, prompt index,
   sample index), so its tokens do not depend on batch neighbours, padding or `hf_batch_size`.
 A prompt's n samples share one prefill; the prompt's KV rows are repeated n times afterwards.
-Under a horizon (`generate_many(..., horizon=h)`, the async mentor's `mentor.reroll.horizon`)
-the rows of the later requests (merged re-rolls) stop at h times the longest row of the first
-(the initial rollouts), so they cannot keep a call running on a few rows after the rest ended.
+A later request of a `generate_many` call with a horizon h (`SamplingParams.horizon`: riders, e.g.
+the mentor's merged re-rolls) stops at h times the longest row of the first request (the initial
+rollouts), so its rows cannot keep a call running after the rest ended.
 
 On CPU the engine decodes with `CPU_GQA_ATTENTION` in place of transformers' "sdpa" (the
 constructor's `gqa_attention`, on unless a test turns it off). Under a padding mask, transformers
@@ -131,19 +131,18 @@ def eos_token_ids(tokenizer, model) -> set[int]:
     return ids
 
 
-class _Horizon:
-    """One generate_many call's horizon: `factor` and the longest ended row of requests[0] so far."""
+class _Lead:
+    """The longest ended row of a generate_many call's first request so far: what a later request's
+    horizon is measured against."""
 
-    def __init__(self, factor: float):
-        self.factor, self.lead_len = factor, 0
+    def __init__(self):
+        self.len = 0
 
 
 class HFEngine:
     """RolloutEngine on transformers, sharing the trainer's policy module (no weight copies), or
     with `owns_weights` decoding from a module of its own (across ranks, where the trainer's is
     sharded): each sync copies the trainer's whole tensors into it in place."""
-
-    supports_horizon = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, cfg: RolloutConfig, gqa_attention: bool = True,
                  owns_weights: bool = False):
@@ -190,32 +189,30 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         return self.generate_many([(prompts, params)])[0]
 
-    def generate_many(self, requests: list[Request], *, tag: str = "initial",
-                      horizon: float = 0.0) -> list[list[list[Sample]]]:
-        """Requests that differ only in n and seed, decoded together; each sequence gets exactly the
-        random stream it would get from its own `generate` call, and the same tokens unless cut.
-        `tag` is not used (this engine keeps no per-phase counters).
+    def generate_many(self, requests: list[Request], *, tag: str = "initial") -> list[list[list[Sample]]]:
+        """Requests that differ only in n, seed, keys and horizon, decoded together; each sequence gets
+        exactly the random stream it would get from its own `generate` call, and the same tokens
+        unless cut. `tag` is not used (this engine keeps no per-phase counters).
 
-        horizon (0: off, else >= 1): the rows of requests[1:] may not outlast requests[0]'s for
-        long. Once every row of requests[0] has ended, a later row that has decoded `horizon` times
-        the longest of them is cut: it comes back with finish_reason "cut" and the tokens so far."""
+        A later request with a horizon h (>= 1) may not outlast requests[0]'s rows for long: once every
+        row of requests[0] has ended, a row of it that has decoded h times the longest of them is
+        cut: it comes back with finish_reason "cut" and the tokens so far."""
         for prompts, params in requests:
             self._check(prompts, params)
         check_mergeable(requests)
-        if horizon and horizon < 1:
-            raise ValueError(f"horizon must be 0 (off) or >= 1, got {horizon}")
         if not requests:
             return []
         shared = requests[0][1]
+        cutting = any(params.horizon for _, params in requests)
         # Similar prompt lengths share a chunk (less padding); seeds follow the original indices.
         # Under a horizon requests[0]'s rows come first, so its longest row is known before any
         # chunk of later rows can be cut.
         rows = sorted(
             ((k, i, j) for k, (prompts, params) in enumerate(requests)
              for i in range(len(prompts)) for j in range(params.n)),
-            key=lambda r: (bool(horizon) and r[0] > 0, len(requests[r[0]][0][r[1]])),
+            key=lambda r: (cutting and r[0] > 0, len(requests[r[0]][0][r[1]])),
         )
-        cap = _Horizon(horizon) if horizon else None
+        lead = _Lead() if cutting else None
         out: list[list[list[Sample | None]]] = [[[None] * p.n for _ in prompts] for prompts, p in requests]
         model = self._model
         modes = [(m, m.training) for m in model.modules()]  # restored exactly, even if mixed
@@ -225,9 +222,9 @@ class HFEngine:
                 size = max(1, self._cfg.hf_batch_size)
                 for start in range(0, len(rows), size):
                     chunk = rows[start : start + size]
-                    seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, requests[k][1].key(i), j))
-                            for k, i, j in chunk]
-                    for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared, cap)):
+                    seqs = [((k, i), requests[k][0][i], row_seed(requests[k][1].seed, requests[k][1].key(i), j),
+                             requests[k][1].horizon) for k, i, j in chunk]
+                    for (k, i, j), sample in zip(chunk, self._decode_chunk(seqs, shared, lead)):
                         out[k][i][j] = sample
         finally:
             for m, training in modes:
@@ -264,20 +261,20 @@ class HFEngine:
         ).logits[:, -1]
         return cache, mask, logits
 
-    def _decode_chunk(self, chunk: list[tuple[tuple[int, int], list[int], int]], params: SamplingParams,
-                      cap: _Horizon | None = None) -> list[Sample]:
-        """Decode S sequences (prompt key, prompt ids, row seed); a prompt's sequences share one
-        prefill; finished rows leave the batch. `cap`: see `generate_many`."""
+    def _decode_chunk(self, chunk: list[tuple[tuple[int, int], list[int], int, float]], params: SamplingParams,
+                      lead: _Lead | None = None) -> list[Sample]:
+        """Decode S sequences (prompt key, prompt ids, row seed, horizon); a prompt's sequences share
+        one prefill; finished rows leave the batch. `lead`: see `generate_many` (None: no horizon)."""
         model = self._model
         row_of: dict[tuple[int, int], int] = {}  # prompt key -> its row in the prefill
         uniq: list[list[int]] = []
-        for key, ids, _ in chunk:
+        for key, ids, _, _ in chunk:
             if key not in row_of:
                 row_of[key] = len(uniq)
                 uniq.append(ids)
         cache, mask, logits = self._prefill(uniq)
         device = mask.device
-        expand = torch.tensor([row_of[key] for key, _, _ in chunk], device=device)  # [S] -> prompt row
+        expand = torch.tensor([row_of[key] for key, _, _, _ in chunk], device=device)  # [S] -> prompt row
         cache.batch_select_indices(expand)
         mask, logits = mask[expand], logits[expand]
         position = mask.sum(-1)  # [S] next position of each row (real tokens so far)
@@ -287,14 +284,15 @@ class HFEngine:
             uniforms = torch.stack([
                 torch.rand(params.max_new_tokens, generator=torch.Generator().manual_seed(seed),
                            dtype=torch.float64)
-                for _, _, seed in chunk
+                for _, _, seed, _ in chunk
             ])  # [S, max_new_tokens]
         uniforms = uniforms.to(device)
         live = list(range(len(chunk)))
         tokens: list[list[int]] = [[] for _ in chunk]
         logprobs: list[list[float]] = [[] for _ in chunk]
         reasons = ["length"] * len(chunk)
-        follower = [k > 0 for (k, _), _, _ in chunk]  # a row of requests[1:]: the horizon may cut it
+        follower = [k > 0 for (k, _), _, _, _ in chunk]  # a row of requests[1:]: its horizon may cut it
+        horizon = [h for _, _, _, h in chunk]
         for step in range(params.max_new_tokens):
             tok, lp = sample_tokens(logits, uniforms[live, step], params)
             keep = []
@@ -306,13 +304,14 @@ class HFEngine:
                 elif step + 1 < params.max_new_tokens:
                     keep.append(k)
                     continue
-                if cap is not None and not follower[s]:
-                    cap.lead_len = max(cap.lead_len, step + 1)
-            if cap is not None and cap.lead_len and all(follower[live[k]] for k in keep):
-                limit = math.ceil(cap.factor * cap.lead_len)
-                for k in [k for k in keep if step + 1 >= limit]:
+                if lead is not None and not follower[s]:
+                    lead.len = max(lead.len, step + 1)
+            if lead is not None and lead.len and all(follower[live[k]] for k in keep):
+                cut = {k for k in keep
+                       if horizon[live[k]] and step + 1 >= math.ceil(horizon[live[k]] * lead.len)}
+                for k in cut:
                     reasons[live[k]] = "cut"
-                keep = [k for k in keep if step + 1 < limit]
+                keep = [k for k in keep if k not in cut]
             if not keep:
                 break
             if len(keep) < len(live):  # drop finished rows: compute follows the live rows

@@ -17,7 +17,7 @@ writes it in the engine's dtype and the server's engine reloads it, checking nam
 (a bad file leaves the engine untouched and the trainer gets the error). This is one host round
 trip per sync; vLLM's NCCL weight transfer (the trainer's GPU straight into the engine's) is the
 step after, and is not built. With the engine on GPUs of its own nothing needs to sleep, so
-mentor.reroll.when=during_update can generate step t's re-rolls while step t's update runs.
+mentor.reroll.schedule=during_update can generate step t's re-rolls while step t's update runs.
 """
 
 from __future__ import annotations
@@ -37,7 +37,14 @@ from pathlib import Path
 import torch
 
 from mentor_fast.config import RolloutConfig
-from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
+from mentor_fast.rollout.base import (
+    EngineError,
+    Request,
+    SamplingParams,
+    check_mergeable,
+    check_request,
+    refuse_horizon,
+)
 from mentor_fast.types import Sample
 
 log = logging.getLogger(__name__)
@@ -164,8 +171,6 @@ def serve_main(argv: list[str] | None = None) -> int:
 class ServerEngine:
     """RolloutEngine on a `mentor-fast serve` process (rollout.vllm_server_url)."""
 
-    supports_horizon = False
-
     def __init__(self, cfg: RolloutConfig, model_path: Path, lora_rank: int = 0):
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             raise EngineError("rollout.vllm_mode=server serves one rank for now (every rank would push its "
@@ -201,10 +206,8 @@ class ServerEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams, tag: str = "initial") -> list[list[Sample]]:
         return self.generate_many([(prompts, params)], tag=tag)[0]
 
-    def generate_many(self, requests: list[Request], *, tag: str = "initial",
-                      horizon: float = 0.0) -> list[list[list[Sample]]]:
-        if horizon:
-            raise ValueError("the vllm engine cannot cut rows mid-call (horizon); use rollout.engine=hf")
+    def generate_many(self, requests: list[Request], *, tag: str = "initial") -> list[list[list[Sample]]]:
+        refuse_horizon(requests, "vllm server")
         for prompts, params in requests:
             check_request(prompts, params, self._max_len)
         check_mergeable(requests)

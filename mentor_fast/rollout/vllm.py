@@ -44,7 +44,14 @@ from types import SimpleNamespace
 import torch
 
 from mentor_fast.config import RolloutConfig
-from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
+from mentor_fast.rollout.base import (
+    EngineError,
+    Request,
+    SamplingParams,
+    check_mergeable,
+    check_request,
+    refuse_horizon,
+)
 from mentor_fast.rollout.hf import eos_token_ids, row_seed
 from mentor_fast.rollout.weight_sync import checked_state, checkpoint_shapes, sync_dir, sync_file
 from mentor_fast.types import Sample
@@ -92,7 +99,6 @@ def _in_process(enabled: bool):
 class VLLMEngine:
     """RolloutEngine on one offline `vllm.LLM`, started once and kept for the run."""
 
-    supports_horizon = False
 
     def __init__(self, model_path: str | Path, tokenizer, cfg: RolloutConfig, dtype: str = "float32",
                  seed: int = 0, prefix_caching: bool = True, lora_rank: int = 0):
@@ -161,7 +167,7 @@ class VLLMEngine:
         self._tally: dict[str, list[int]] = {}  # tag -> [queries, hits] since the last pop_metrics
         self.cache_totals: dict[str, list[int]] = {}  # tag -> [queries, hits] since start
         self._fault_sync_delay_s = 0.0  # test hook: makes the worker hang inside a sync
-        # One engine call at a time: a background re-roll (mentor.reroll.when=during_update) and the
+        # One engine call at a time: a background re-roll (mentor.reroll.schedule=during_update) and the
         # sync after the update take turns; the sync waits for the re-roll sampled by the old weights.
         self._lock = threading.RLock()
         self._warned_top_p = False
@@ -185,17 +191,15 @@ class VLLMEngine:
         """tag: which prefix-cache hit-rate counter this call feeds ("initial", "reroll", ...)."""
         return self.generate_many([(prompts, params)], tag=tag)[0]
 
-    def generate_many(self, requests: list[Request], *, tag: str = "initial",
-                      horizon: float = 0.0) -> list[list[list[Sample]]]:
+    def generate_many(self, requests: list[Request], *, tag: str = "initial") -> list[list[list[Sample]]]:
         """Several requests in one `LLM.generate` call (one schedule, one batch); each prompt keeps
         the seed its own `generate` call would give it. No horizon: vLLM's scheduler finishes what
-        it admitted (`supports_horizon` is False)."""
+        it admitted."""
         with self._lock:
-            return self._generate_many(requests, tag=tag, horizon=horizon)
+            return self._generate_many(requests, tag=tag)
 
-    def _generate_many(self, requests: list[Request], *, tag: str, horizon: float) -> list[list[list[Sample]]]:
-        if horizon:
-            raise ValueError("the vllm engine cannot cut rows mid-call (horizon); use rollout.engine=hf")
+    def _generate_many(self, requests: list[Request], *, tag: str) -> list[list[list[Sample]]]:
+        refuse_horizon(requests, "vllm")
         llm = self._live()
         if self._asleep:  # nothing was synced since the sleep: the weights it had are the right ones
             self._wake(["weights", "kv_cache"])

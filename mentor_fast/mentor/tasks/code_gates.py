@@ -1,8 +1,8 @@
-"""Leak gates for code hints (task="code"), run by `guard.LeakGuard` in place of the math gold gates.
+"""The code leak gates, run by the leak guard (mentor/guard.py) for code tasks, after its shared gates.
 
 A code hint may say what kind of mistake was made, which kind of input fails, what to import and the
 steps of a solution in words. It may not give code, copy the reference program, or state what a
-hidden test expects. The gates, in order, each with its own name in `guard.LEAK_GATES`:
+hidden test expects. The gates, in order:
 - `code_block`: any fence (the learner's code format, as `\\boxed` is math's) or an indented block:
   2+ consecutive lines indented by 4 spaces or a tab that parse as Python or hold return/for/if ...:.
 - `code_def`: a `def`, a `class` or a `lambda ...:`.
@@ -32,11 +32,17 @@ import re
 import sys
 import textwrap
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
-from mentor_fast.mentor.diagnosis import IMPORTABLE
-from mentor_fast.mentor.numbers import find_numbers, normalize_math_text, outermost
+from mentor_fast.mentor.tasks.code_attempts import IMPORTABLE
+from mentor_fast.mentor.tasks.code_outputs import (
+    MISSING,
+    compact,
+    expected_outputs,
+    in_question,
+    literal,
+    stated_output,
+)
 from mentor_fast.types import CodeTask
 
 CODE_GATES = (
@@ -66,15 +72,6 @@ _GENERIC = frozenset(
     [*keyword.kwlist, *dir(builtins), *sys.stdlib_module_names, *IMPORTABLE, "self", "cls", "candidate"]
     + [a for t in (str, list, dict, set, tuple, int, float) for a in dir(t)]
 )
-_STATES_OUTPUT = re.compile(
-    r"(?:\b(?:returns?|returning|returned|outputs?|prints?|printing|printed|gives?|giving|yields?|"
-    r"evaluates?\s+to|expected|expects?|expecting|equals?|equal\s+to|produces?|answer|result)\b|==|->|=>|:)"
-    r"(?:\s+(?:is|are|was|be|should\s+be|must\s+be|will\s+be|would\s+be|exactly|just|simply|always|then|"
-    r"the\s+value|value|of))*\s*[`'\"(\[]?$",
-    re.IGNORECASE,
-)
-_EMPTY_WORDS = {str: "string", list: "list", tuple: "tuple", dict: "dict(?:ionary)?", set: "set"}
-_MISSING = object()
 
 
 def code_tokens(text: str) -> list[str]:
@@ -111,122 +108,6 @@ def _clean(reference: str) -> str:
         ):
             node.body = body[1:] or [ast.Pass()]
     return ast.unparse(tree)
-
-
-# ---------------------------------------------------------------- expected outputs of the tests
-
-
-def _has_call(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) for n in ast.walk(node))
-
-
-def _literal(node: ast.AST) -> Any:
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _MISSING
-
-
-def _expected(test: ast.AST) -> Any:
-    """What an assert expects of the program: `f(x) == y` -> y, `f(x) is None` -> None,
-    `abs(f(x) - y) < tol` -> y, `not f(x)` -> False, `f(x)` -> True."""
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        left, right, op = test.left, test.comparators[0], test.ops[0]
-        if isinstance(op, (ast.Eq, ast.Is)) and _has_call(left) != _has_call(right):
-            return _literal(right if _has_call(left) else left)
-        if (
-            isinstance(op, (ast.Lt, ast.LtE))
-            and isinstance(left, ast.Call)
-            and getattr(left.func, "id", "") == "abs"
-            and left.args
-            and isinstance(left.args[0], ast.BinOp)
-            and isinstance(left.args[0].op, ast.Sub)
-        ):
-            a, b = left.args[0].left, left.args[0].right
-            return _literal(b if _has_call(a) else a) if _has_call(a) != _has_call(b) else _MISSING
-        return _MISSING
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _has_call(test.operand):
-        return False
-    return True if isinstance(test, ast.Call) else _MISSING
-
-
-def expected_outputs(tests: str) -> list[Any]:
-    """The literal values the tests' asserts expect, in order, duplicates dropped."""
-    try:
-        tree = ast.parse(tests)
-    except SyntaxError:
-        return []
-    out: list[Any] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assert):
-            v = _expected(node.test)
-            if v is not _MISSING and not any(type(v) is type(o) and v == o for o in out):
-                out.append(v)
-    return out
-
-
-def _number(v: Any) -> Fraction | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        return Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
-    except ValueError:  # inf, nan
-        return None
-
-
-def _compact(text: str) -> str:
-    return re.sub(r"\s+", "", text).replace('"', "'")
-
-
-def _spans(hint: str, v: Any) -> tuple[str, list[tuple[int, int]], bool]:
-    """(text searched, spans where `hint` writes the value v, whether v is tiny)."""
-    num = _number(v)
-    if num is not None:
-        text = normalize_math_text(hint)
-        spans = [(m.start, m.end) for m in outermost(find_numbers(text)) if num in m.values]
-        return text, spans, len(repr(v)) <= 2
-    if isinstance(v, bool) or v is None:
-        flags = re.IGNORECASE if isinstance(v, bool) else 0
-        return hint, [m.span() for m in re.finditer(rf"\b{v!r}\b", hint, flags)], True
-    if isinstance(v, (str, list, tuple, dict, set)) and not v:
-        forms = rf"{re.escape(repr(v))}|\"\"|\b(?:an?|the)\s+empty\s+{_EMPTY_WORDS[type(v)]}\b"
-        return hint, [m.span() for m in re.finditer(forms, hint, re.IGNORECASE)], True
-    if isinstance(v, str):
-        s = v.strip()
-        quoted = rf"['\"`]{re.escape(s)}['\"`]"
-        if len(s) <= 3:  # "a", "yes", "ab" are words too: only quoted, and only where stated
-            return hint, [m.span() for m in re.finditer(quoted, hint)], True
-        bare = rf"(?<!\w){re.escape(s)}(?!\w)"
-        return hint, [m.span() for m in re.finditer(f"{quoted}|{bare}", hint)], False
-    if isinstance(v, (list, tuple, set, dict)):
-        inner = _compact(repr(v))[1:-1]
-        text = _compact(hint)
-        spans = [m.span() for m in re.finditer(rf"[\[({{]{re.escape(inner)}[\])}}]", text)]
-        return text, spans, False
-    return hint, [], False
-
-
-def _in_question(v: Any, question: str) -> bool:
-    return bool(question) and bool(_spans(question, v)[1])
-
-
-def _states_output(text: str, start: int) -> bool:
-    sentence = re.split(r"[.!?;\n]\s|\n", text[:start])[-1]
-    return _STATES_OUTPUT.search(sentence.rstrip()) is not None or not text[:start].strip()
-
-
-_LIST_MARKER = re.compile(r"\)\s")  # "Plan: 1) Keep ...": the number of a step, not a value
-
-
-def stated_output(hint: str, outputs: tuple[Any, ...]) -> str | None:
-    for v in outputs:
-        text, spans, tiny = _spans(hint, v)
-        for start, end in spans:
-            if tiny and _LIST_MARKER.match(text, end):
-                continue
-            if not tiny or _states_output(text, start):
-                return f"'{text[start:end]}' (a hidden test expects {v!r})"
-    return None
 
 
 # ---------------------------------------------------------------- what the reference gives away
@@ -289,11 +170,11 @@ def profile(reference: str, tests: str, question: str) -> CodeProfile:
     names = {n for n in names if len(n) > 1 and n not in _GENERIC and n not in q_words}
     chains = tuple(
         sorted(
-            {_compact(c) for c in re.findall(r"[\w.']+\(\s*[A-Za-z_][\w.]*\(", code)}
-            - {c for c in re.findall(r"[\w.']+\([A-Za-z_][\w.]*\(", _compact(question))}
+            {compact(c) for c in re.findall(r"[\w.']+\(\s*[A-Za-z_][\w.]*\(", code)}
+            - {c for c in re.findall(r"[\w.']+\([A-Za-z_][\w.]*\(", compact(question))}
         )
     )
-    outputs = tuple(v for v in expected_outputs(tests) if not _in_question(v, question))
+    outputs = tuple(v for v in expected_outputs(tests) if not in_question(v, question))
     return CodeProfile(
         lines,
         frozenset(grams),
@@ -325,7 +206,7 @@ def _parses_as_statement(src: str) -> bool:
 
 def _says_value(node: ast.stmt) -> bool:
     """ "return [1, 3]": words about a value (the test_output gate judges the value), not code."""
-    return isinstance(node, ast.Return) and node.value is not None and _literal(node.value) is not _MISSING
+    return isinstance(node, ast.Return) and node.value is not None and literal(node.value) is not MISSING
 
 
 def _inline_statement(hint: str) -> str | None:
@@ -378,9 +259,9 @@ def _identifier(hint: str, prof: CodeProfile) -> str | None:
         in_code = rf"(?<![\w.]){re.escape(n)}\s*(?:\(|\[|\.[A-Za-z_]|=(?!=)|[-+*/%]=)"
         if re.search(in_code, hint) or re.search(rf"\b{re.escape(n)}\b", ticks):
             return f"the reference's name '{n}' in code"
-    compact = _compact(hint)
+    flat = compact(hint)
     for c in prof.chains:
-        if c in compact:
+        if c in flat:
             return f"the reference's call '{c}'"
     return None
 
@@ -400,10 +281,13 @@ def _copied(hint: str, prof: CodeProfile) -> tuple[str, str] | None:
     return None
 
 
-def find_code_leak(hint: str, gold: str, code: CodeTask | None, question: str = "") -> tuple[str, str] | None:
+def code_leak(
+    hint: str, gold: str, steps: tuple[str, ...], code: CodeTask | None, question: str = ""
+) -> tuple[str, str] | None:
     """(gate, why) for the first code gate that rejects `hint`, or None. The reference program is
-    `code.reference`, else `gold` (a code problem's gold is its reference program); `question`
-    (with `code.prompt`) is what the learner sees, so what it shows is never a leak."""
+    `code.solution`, else `gold` (a code problem's gold is its reference program); `question`
+    (with `code.prompt`) is what the learner sees, so what it shows is never a leak. `steps` are
+    the math gates' (the steps of a code solution are words, which a hint may share)."""
     if "```" in hint:
         return "code_block", "a fenced code block"
     block = _indented_block(hint)
@@ -416,7 +300,7 @@ def find_code_leak(hint: str, gold: str, code: CodeTask | None, question: str = 
         return "code_inline", f"a statement written out ('{stmt}')"
     seen = f"{question}\n{code.prompt if code else ''}"
     prof = profile(
-        (code.reference if code and code.reference else gold) or "", code.tests if code else "", seen
+        (code.solution if code and code.solution else gold) or "", code.tests if code else "", seen
     )
     where = stated_output(hint, prof.outputs)
     if where:

@@ -20,8 +20,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from mentor_fast.mentor.counts import Counts
+from mentor_fast.mentor.writers.base import Messages
 
-Messages = list[dict[str, str]]
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
