@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -371,6 +373,26 @@ def test_a_hung_call_is_a_timeout_and_the_channel_stays_the_programs_own():
     r = run_tests("def add(a, b):\n    while True:\n        pass\n", PLAIN, 2.0)
     assert (r.status, r.passed) == ("timeout", False)
     assert run_tests(HONEST, PLAIN, TIMEOUT).passed  # the next program gets a fresh checker
+
+
+def test_a_killed_zygote_is_replaced_and_the_next_program_is_judged():
+    assert run_tests(HONEST, PLAIN, TIMEOUT).passed
+    old = judge.ZYGOTE.pid()
+    os.kill(old, signal.SIGKILL)
+    judge.ZYGOTE.proc.wait()
+    assert run_tests(HONEST, PLAIN, TIMEOUT).passed
+    assert judge.ZYGOTE.pid() not in (None, old)
+
+
+def test_fault_injection_a_checker_gone_without_reading_its_job_is_a_sandbox_error(monkeypatch):
+    """The checker's end of the job socket closes with the job unread (ECONNRESET for the trainer)."""
+    def vanish(fds):
+        held = os.dup(fds[0])
+        threading.Timer(0.3, os.close, [held]).start()
+
+    monkeypatch.setattr(judge.ZYGOTE, "submit", vanish)
+    r = run_tests(HONEST, PLAIN, TIMEOUT)
+    assert (r.passed, r.status, r.message) == (False, "sandbox_error", "the checker ended without a verdict")
 
 
 @pytest.mark.slow
