@@ -1,8 +1,8 @@
 """Prompt token ids from the chat template, with MENTOR hints that keep the original prompt as a prefix.
 
 The hinted prompt q+h must start with q's tokens up to the end of the question, so vLLM's prefix
-cache reuses q's KV blocks for the re-rolls (DESIGN.md 5). The template is rendered once per
-question with a sentinel at the end of the user content and split there into head (everything up
+cache reuses q's KV blocks for the re-rolls (docs/mentor.md, "One step"). The template is rendered
+once per question with a sentinel at the end of the user content and split there into head (everything up
 to the end of the question) and tail (end-of-turn marker and the assistant header). The pieces are
 tokenized separately (special-token strings in the template text map to their ids) and joined:
 
