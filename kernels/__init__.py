@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "advantages": ["aggregation_weights", "group_advantages", "group_advantages_ref", "sequence_weights",
+    "advantages": ["AGGREGATIONS", "aggregation_weights", "group_advantages", "group_advantages_ref", "sequence_weights",
                    "token_advantages"],
     "enums": ["AdvEstimator", "Aggregation", "Backend", "KLEstimator", "LossType"],
     "grpo_logits": ["grpo_loss_from_logits", "grpo_loss_from_logits_ref"],
@@ -23,19 +23,24 @@ _EXPORTS = {
     "logprobs": ["LogprobStats", "token_logprob_stats", "token_logprobs", "token_logprobs_ref"],
     "objective": ["KL_ESTIMATORS", "POLICY_LOSSES", "TokenInputs", "token_objective"],
     "options": ["GRPOLossOutput", "GRPOOptions"],
+    "settings": ["AdvantageConfig", "LossConfig", "Range"],
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = [  # every name of _EXPORTS
+    "AGGREGATIONS",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "AdvEstimator",
+    "AdvantageConfig",
     "Aggregation",
     "Backend",
     "GRPOLossOutput",
     "GRPOOptions",
     "KLEstimator",
     "LogprobStats",
+    "LossConfig",
     "LossType",
+    "Range",
     "TokenInputs",
     "aggregation_weights",
     "group_advantages",

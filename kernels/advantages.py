@@ -16,6 +16,7 @@ targets.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -99,27 +100,42 @@ def token_advantages(rewards, seq_ids, group_ids=None, estimator="grpo", ddof: i
     return group_advantages(rewards, group_ids, estimator, ddof, eps, group_size=group_size)[seq_ids]
 
 
-# Per-sequence token weight from the completion lengths L [S] (float64) and the maximum length.
-_SEQUENCE_WEIGHTS: dict[Aggregation, Callable[[torch.Tensor, int], torch.Tensor]] = {
-    Aggregation.TOKEN_MEAN: lambda lens, L: torch.full_like(lens, 1.0 / max(float(lens.sum()), 1.0)),
-    # The same over one micro-batch: called with that micro-batch's lengths.
-    Aggregation.TOKEN_MEAN_MICRO: lambda lens, L: torch.full_like(lens, 1.0 / max(float(lens.sum()), 1.0)),
-    Aggregation.SEQ_MEAN_TOKEN_MEAN: lambda lens, L: 1.0 / (lens.clamp_min(1.0) * lens.numel()),
-    Aggregation.SEQ_MEAN_TOKEN_SUM: lambda lens, L: torch.full_like(lens, 1.0 / lens.numel()),
-    Aggregation.CONSTANT: lambda lens, L: torch.full_like(lens, 1.0 / (lens.numel() * L)),
+@dataclass(frozen=True)
+class AggregationRule:
+    """One aggregation: the weight each token of a sequence gets, from the completion lengths L [S]
+    (float64) and the maximum length, so that loss = sum_t w_t l_t."""
+
+    weights: Callable[[torch.Tensor, int], torch.Tensor]
+    per_micro_batch: bool = False
+    """Normalised inside each micro-batch (the caller passes that micro-batch's lengths and averages
+    the micro-batches): the gradient then depends on how sequences are grouped into micro-batches,
+    so none of them may be skipped or moved."""
+
+
+def _token_mean(lens: torch.Tensor, L: int) -> torch.Tensor:
+    return torch.full_like(lens, 1.0 / max(float(lens.sum()), 1.0))
+
+
+AGGREGATIONS: dict[Aggregation, AggregationRule] = {
+    Aggregation.TOKEN_MEAN: AggregationRule(_token_mean),
+    Aggregation.TOKEN_MEAN_MICRO: AggregationRule(_token_mean, per_micro_batch=True),
+    Aggregation.SEQ_MEAN_TOKEN_MEAN: AggregationRule(lambda lens, L: 1.0 / (lens.clamp_min(1.0) * lens.numel())),
+    Aggregation.SEQ_MEAN_TOKEN_SUM: AggregationRule(lambda lens, L: torch.full_like(lens, 1.0 / lens.numel())),
+    Aggregation.CONSTANT: AggregationRule(lambda lens, L: torch.full_like(lens, 1.0 / (lens.numel() * L))),
 }
 
 
 def sequence_weights(lengths: torch.Tensor, aggregation, max_len: int | None = None) -> torch.Tensor:
     """lengths [S] (tokens of each sequence in the loss) -> the weight each of sequence i's tokens
     gets, [S] float64, so that loss = sum_t w_t l_t is the aggregation. Compute it over the
-    optimizer step's whole batch, so micro-batches add up to the same gradient."""
+    optimizer step's whole batch (a micro-batch's, for a per-micro-batch rule), so micro-batches add
+    up to the same gradient."""
     agg = Aggregation(aggregation)
     if agg is Aggregation.CONSTANT and max_len is None:
         raise ValueError("aggregation 'constant' needs max_len (the maximum completion length)")
     if lengths.numel() == 0:
         return lengths.double()
-    return _SEQUENCE_WEIGHTS[agg](lengths.double(), max_len or 0)
+    return AGGREGATIONS[agg].weights(lengths.double(), max_len or 0)
 
 
 def aggregation_weights(aggregation, seq_ids: torch.Tensor, mask: torch.Tensor | None = None, *,

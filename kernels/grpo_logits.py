@@ -63,11 +63,11 @@ def grpo_rows_triton(z, y, t: TokenInputs, opts: GRPOOptions, *, inv_temp=1.0, n
             t.old_logp, t.advantages, t.weights, t.ref_logp if kl else dummy,
             t.is_weights if t.is_weights is not None else dummy, g_given if g_given is not None else dummy,
             rew, gid, sid, n_s, logp, ent, adv_out, loss, c, v, inv_temp, opts.eps_low, opts.eps_high,
-            opts.dual_clip, opts.cispo_cap, opts.sapo_tau_pos, opts.sapo_tau_neg, opts.is_cap, opts.beta,
-            opts.entropy_coef, opts.adv_eps, float(opts.adv_ddof),
+            opts.dual_clip, opts.cispo_cap, opts.sapo_tau_pos, opts.sapo_tau_neg, opts.beta,
+            opts.entropy_coef, opts.advantage.eps, float(opts.advantage.std_ddof),
             BLOCK_V=bv, BLOCK_S=max(16, 1 << max(n_s - 1, 0).bit_length()), KL=kl,
-            LOSS=_LOSS_CODE[opts.loss_type], HAS_IS=t.is_weights is not None, G_GIVEN=g_given is not None,
-            FUSED_ADV=fused_adv is not None, ADV_EST=_ADV_CODE[opts.adv_estimator], NEED_GRAD=bool(need_grad),
+            LOSS=_LOSS_CODE[opts.type], HAS_IS=t.is_weights is not None, G_GIVEN=g_given is not None,
+            FUSED_ADV=fused_adv is not None, ADV_EST=_ADV_CODE[opts.advantage.estimator], NEED_GRAD=bool(need_grad),
             WITH_ENTROPY=with_ent, ENT_GRAD=opts.entropy_coef != 0,
             BARRIER=bool(need_grad and z.is_cuda and dz_out is None), num_warps=8 if z.is_cuda else 1)
     return (logp, ent if with_ent else None, adv_out if fused_adv is not None else None,
@@ -123,7 +123,7 @@ class _LogitsRun:
     def __call__(self, logits, need_grad: bool):
         opts, t, y = self.opts, self.t, self.targets
         g_all = None
-        if need_grad and POLICY_LOSSES[opts.loss_type].sequence_level:  # gspo: all logp first
+        if need_grad and POLICY_LOSSES[opts.type].sequence_level:  # gspo: all logp first
             g_all = sequence_grads(*self._logp(logits), t, opts)
         dz = (logits if self.inplace else torch.empty_like(logits)) if need_grad else None
         if self.backend is Backend.TRITON:
@@ -150,7 +150,7 @@ class _LogitsRun:
             logp = torch.cat([p[0] for p in parts])
             ent = torch.cat([p[1] for p in parts]) if parts and parts[0][1] is not None else None
         self.out = summarize(logp, ent, t, opts) | {"logp": logp, "entropy": ent}
-        if self.backend is Backend.TRITON and not POLICY_LOSSES[opts.loss_type].sequence_level:  # same pass
+        if self.backend is Backend.TRITON and not POLICY_LOSSES[opts.type].sequence_level:  # same pass
             self.out["loss"] = tok.sum()
         return dz
 

@@ -95,7 +95,7 @@ class _Run:
 
     @property
     def _seq_level(self) -> bool:
-        return POLICY_LOSSES[self.opts.loss_type].sequence_level
+        return POLICY_LOSSES[self.opts.type].sequence_level
 
     def _sequence_grads(self, h, w, c):
         """gspo phase 1: all log-probs (K1), then d loss / d logp_t (and d / d H_t) from whole sequences."""
@@ -180,13 +180,13 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
 
     hidden [N, H] (packed completion tokens), weight [V, H] (lm_head.weight; tied embeddings work),
     targets [N], old_logp [N], advantages [N] - or rewards [S] + seq_ids [N] + group_ids [S] for K0
-    inside the op (in-kernel on the Triton path; estimator from adv_estimator/adv_ddof/adv_eps) -,
-    token_weights [N] (the aggregation: loss = sum_t w_t l_t; None = 1/N), ref_logp [N] (for beta and
-    the kl metric), is_weights [N] (truncated IS weights on the policy term, detached, capped at
-    is_cap), seq_ids [N] (needed for gspo). Knobs: see GRPOOptions (eps_low=0.2, eps_high=0.28,
-    temperature=1.0, beta=0.0, kl_estimator="k3", dual_clip=0.0, entropy_coef=0.0, is_cap=0.0,
-    loss_type="clip" (or "gspo", "cispo", "sapo"), adv_estimator, chunk_tokens, memory_budget_mb,
-    compute_weight_grad, ...).
+    inside the op (in-kernel on the Triton path; the estimator from `advantage`) -, token_weights [N]
+    (the aggregation: loss = sum_t w_t l_t; None = 1/N), ref_logp [N] (for beta and the kl metric),
+    is_weights [N] (weights on the policy term, e.g. truncated IS, detached, used as given),
+    seq_ids [N] (needed for gspo). Options: `options=GRPOOptions.of(cfg.loss, ...)`, or its fields as
+    keyword arguments (type="clip" | "gspo" | "cispo" | "sapo", eps_low=0.2, eps_high=0.28,
+    temperature=1.0, beta=0.0, kl_estimator="k3", dual_clip=0.0, entropy_coef=0.0, chunk_tokens,
+    memory_budget_mb, compute_weight_grad, compute_dtype, ...).
     backend: None (CUDA -> triton, CPU -> torch), "triton", "torch" or "ref".
     """
     if Backend(backend or "torch") is Backend.REF:

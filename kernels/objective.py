@@ -2,7 +2,7 @@
 
 `token_objective` is the one expression of the per-token math in the project: the ratio and its
 clamp, the policy term (a registry: clip with eps_low/eps_high and the dual clip, gspo's sequence
-ratio, cispo, sapo), the truncated IS weight, the KL estimators and the entropy bonus. Every path
+ratio, cispo, sapo), the IS weight, the KL estimators and the entropy bonus. Every path
 computes its loss from it:
 - the references (`grpo_loss_ref`, `grpo_loss_from_logits_ref`, `loss.impl=reference`) on
   log-probs from materialised logits, with autograd all the way;
@@ -42,7 +42,7 @@ class TokenInputs:
     advantages: torch.Tensor
     weights: torch.Tensor  # aggregation weights w_t (0 = not in the loss)
     ref_logp: torch.Tensor | None = None
-    is_weights: torch.Tensor | None = None  # IS weights on the policy term (detached; capped by is_cap)
+    is_weights: torch.Tensor | None = None  # weights on the policy term, used as given (detached)
     seq_ids: torch.Tensor | None = None  # [N] int64, needed for gspo
     n_seqs: int = 0
 
@@ -128,7 +128,7 @@ def _log_ratio(logp: torch.Tensor, t: TokenInputs, sequence_level: bool) -> torc
     if not sequence_level:
         return lr
     if t.seq_ids is None:
-        raise ValueError("loss_type='gspo' needs seq_ids [N]")
+        raise ValueError("type='gspo' needs seq_ids [N]")
     active = (t.weights != 0).to(lr.dtype)
     n = max(t.n_seqs, int(t.seq_ids.max()) + 1 if t.seq_ids.numel() else 0)
     zeros = torch.zeros(n, dtype=lr.dtype, device=lr.device)
@@ -142,11 +142,11 @@ def token_objective(logp: torch.Tensor, t: TokenInputs, opts: GRPOOptions,
 
     logp [N] (the policy's log-prob of each target at the temperature), entropy [N] (needed when
     entropy_coef != 0). Differentiable in both, so autograd gives every gradient."""
-    policy = POLICY_LOSSES[opts.loss_type]
+    policy = POLICY_LOSSES[opts.type]
     ratio = torch.exp(_log_ratio(logp, t, policy.sequence_level).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     pg, low, high, dual = policy.fn(ratio, logp, t.advantages, opts)
     if t.is_weights is not None:
-        pg = pg * (t.is_weights.clamp(max=opts.is_cap) if opts.is_cap > 0 else t.is_weights)
+        pg = pg * t.is_weights
     per_token = pg
     kl = None
     if t.ref_logp is not None:
@@ -220,8 +220,8 @@ def build_token_inputs(n, device, dtype, old_logp, advantages, token_weights, re
     cast = lambda x: None if x is None else x.detach().to(device=device, dtype=dtype)
     if advantages is None:
         check_rewards(rewards, seq_ids, group_ids)
-        advantages = token_advantages(rewards, seq_ids, group_ids, opts.adv_estimator, opts.adv_ddof,
-                                      opts.adv_eps)
+        advantages = token_advantages(rewards, seq_ids, group_ids, opts.advantage.estimator, opts.advantage.std_ddof,
+                                      opts.advantage.eps)
     w = torch.full((n,), 1.0 / max(n, 1)) if token_weights is None else token_weights
     sid = None if seq_ids is None else seq_ids.to(device=device, dtype=torch.long)
     n_seqs = 0 if rewards is None else int(rewards.numel())
@@ -241,7 +241,7 @@ def fused_advantage_inputs(advantages, rewards, seq_ids, group_ids, like: torch.
                            opts: GRPOOptions):
     """On the Triton path with rewards instead of advantages, K0 runs inside the row kernel:
     returns (placeholder advantages [N], (rewards, group_ids, seq_ids)); otherwise (advantages, None)."""
-    if advantages is not None or not triton or POLICY_LOSSES[opts.loss_type].sequence_level:
+    if advantages is not None or not triton or POLICY_LOSSES[opts.type].sequence_level:
         return advantages, None
     check_rewards(rewards, seq_ids, group_ids)
     dev = like.device

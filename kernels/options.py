@@ -11,49 +11,29 @@ import dataclasses
 import importlib.util
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 
-from .enums import AdvEstimator, Backend, KLEstimator, LossType
+from .enums import Backend, LossType
+from .settings import AdvantageConfig, LossConfig, Range, check_ranges
 
 
-@dataclass(frozen=True)
-class GRPOOptions:
-    """Scalar knobs of `grpo_loss` (pass them as keyword arguments, or as `options=`)."""
+@dataclass
+class GRPOOptions(LossConfig):
+    """What one kernel call computes: the run's loss settings (LossConfig, the config's `loss.*`:
+    pass it as `GRPOOptions.of(cfg.loss, temperature=...)`, or the fields as keyword arguments)
+    plus the knobs of the call below. The kernels read the objective's fields (type, eps_*, dual
+    clip, cispo/sapo, beta, KL estimator, entropy bonus); impl, aggregation and is_cap are read
+    where the inputs are made (the aggregation as `token_weights`, the IS weights as `is_weights`)."""
 
-    loss_type: LossType = LossType.CLIP
-    """The policy term (objective.POLICY_LOSSES): clip, gspo, cispo or sapo. The aggregation is in
-    `token_weights` (see `aggregation_weights`)."""
-    eps_low: float = 0.2
-    """Lower clip: ratio >= 1 - eps_low."""
-    eps_high: float = 0.28
-    """Upper clip: ratio <= 1 + eps_high."""
-    dual_clip: float = 0.0
-    """Dual-clip constant c > 1 (verl form: for A < 0 the token loss is min(pg, -c * A)); 0 = off.
-    clip and gspo only."""
-    cispo_cap: float = 5.0
-    """cispo: the cap on the detached ratio (TRL and Liger pass it as epsilon_high)."""
-    sapo_tau_pos: float = 1.0
-    """sapo: the gate's temperature for tokens with A > 0."""
-    sapo_tau_neg: float = 1.05
-    """sapo: the gate's temperature for tokens with A <= 0."""
-    temperature: float = 1.0
+    temperature: Annotated[float, Range(gt=0)] = 1.0
     """Logits are divided by it before the log-softmax (equal to the sampling temperature)."""
-    beta: float = 0.0
-    """KL coefficient against `ref_logp`."""
-    kl_estimator: KLEstimator = KLEstimator.K3
-    """k1 / k2 / k3 estimator of KL(pi || ref) per token."""
-    entropy_coef: float = 0.0
-    """Differentiable entropy bonus: loss -= entropy_coef * sum_t w_t H_t."""
-    is_cap: float = 0.0
-    """If > 0, `is_weights` are truncated at this value (truncated IS); 0 = use them as given."""
-    adv_estimator: AdvEstimator = AdvEstimator.GRPO
-    """K0 estimator used when `rewards` are passed instead of `advantages`."""
-    adv_ddof: int = 1
-    """Std degrees of freedom for K0 (1 = unbiased)."""
-    adv_eps: float = 1e-6
-    """Added to the std in K0."""
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    """K0's estimator, when `rewards` are passed instead of `advantages`."""
+    max_completion_len: int | None = None
+    """The aggregation `constant`'s length L (rollout.max_new_tokens)."""
     chunk_tokens: int | None = None
     """Rows per chunk; None = from `memory_budget_mb`."""
     memory_budget_mb: float | None = None
@@ -68,27 +48,20 @@ class GRPOOptions:
     input's own dtype (an fp32 dW for the master weight, not a rounded one)."""
 
     def __post_init__(self) -> None:
-        for name, enum in (("loss_type", LossType), ("kl_estimator", KLEstimator), ("adv_estimator", AdvEstimator)):
-            value = getattr(self, name)
-            if value not in {e.value for e in enum}:
-                hint = " (TRL's grpo/bnpo/dr_grpo/dapo are loss_type='clip' with an aggregation in token_weights)" \
-                    if name == "loss_type" else ""
-                raise ValueError(f"{name}={value!r} is not one of {[e.value for e in enum]}{hint}")
-            object.__setattr__(self, name, enum(value))
+        super().__post_init__()
         if isinstance(self.compute_dtype, str):  # "bfloat16", as a config spells it
-            object.__setattr__(self, "compute_dtype", getattr(torch, self.compute_dtype, None))
+            self.compute_dtype = getattr(torch, self.compute_dtype, None)
         if self.compute_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"compute_dtype must be None, float32, bfloat16 or float16, got {self.compute_dtype}")
-        if not (self.dual_clip == 0 or self.dual_clip > 1):
-            raise ValueError(f"dual_clip must be 0 or > 1, got {self.dual_clip}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.eps_low < 0 or self.eps_high < 0:
-            raise ValueError("eps_low and eps_high must be >= 0")
-        if self.dual_clip and self.loss_type not in (LossType.CLIP, LossType.GSPO):
-            raise ValueError(f"dual_clip applies to loss_type clip and gspo, not {self.loss_type}")
-        if self.cispo_cap <= 0 or self.sapo_tau_pos <= 0 or self.sapo_tau_neg <= 0:
-            raise ValueError("cispo_cap, sapo_tau_pos and sapo_tau_neg must be > 0")
+        check_ranges(self)
+        if self.dual_clip and self.type not in (LossType.CLIP, LossType.GSPO):
+            raise ValueError(f"dual_clip applies to type clip and gspo, not {self.type}")
+
+    @classmethod
+    def of(cls, loss: LossConfig, **knobs) -> GRPOOptions:
+        """The run's loss settings with this call's knobs (temperature, compute_dtype, ...): every
+        LossConfig field travels as it is, so a new setting needs no copying here."""
+        return cls.build(None, {f.name: getattr(loss, f.name) for f in dataclasses.fields(LossConfig)} | knobs)
 
     @classmethod
     def build(cls, options: GRPOOptions | None, knobs: dict) -> GRPOOptions:
@@ -97,7 +70,9 @@ class GRPOOptions:
         unknown = sorted(set(knobs) - names)
         if unknown:
             raise TypeError(f"unknown grpo_loss option(s) {unknown}; known: {sorted(names)}")
-        return dataclasses.replace(options or cls(), **knobs)
+        if options is not None and not knobs:
+            return options
+        return dataclasses.replace(options, **knobs) if options is not None else cls(**knobs)
 
     @property
     def need_entropy(self) -> bool:

@@ -63,6 +63,49 @@ def make_batch(n: int, h: int, v: int, *, seqs: int = 8, seed: int = 0, temperat
                 "token_weights": weights, "ref_logp": ref, "seq_ids": seq_ids, "rewards": rewards, "group_ids": group_ids}
 
 
+# The loss variants every kernel test draws from (by name): each hits a branch of the objective.
+LOSS_CASES: dict[str, dict] = {
+    "base": {},
+    "temperature_dual_clip": {"temperature": 0.7, "dual_clip": 3.0},
+    "temperature_dual_clip_k3": {"temperature": 0.7, "dual_clip": 3.0, "beta": 0.1, "kl_estimator": "k3"},
+    "k1_beta": {"beta": 0.1, "kl_estimator": "k1"},
+    "k3_beta": {"beta": 0.1, "kl_estimator": "k3"},
+    "k2_beta_entropy_bonus": {"beta": 0.05, "kl_estimator": "k2", "entropy_coef": 0.02},
+    "k1_cold": {"beta": 0.1, "kl_estimator": "k1", "temperature": 0.7},  # KL at temperatures on both sides of 1
+    "k2_hot": {"beta": 0.05, "kl_estimator": "k2", "temperature": 1.3},
+    "k3_cold": {"beta": 0.1, "kl_estimator": "k3", "temperature": 0.7},
+    "is_weights": {"is_weights": True},
+    "entropy_bonus_is_k2": {"entropy_coef": 0.02, "beta": 0.05, "kl_estimator": "k2", "is_weights": True},
+    "gspo": {"type": "gspo"},
+    "gspo_entropy_bonus": {"type": "gspo", "entropy_coef": 0.02},
+    "cispo": {"type": "cispo", "cispo_cap": 1.2},
+    "cispo_is_k1": {"type": "cispo", "cispo_cap": 1.2, "is_weights": True, "beta": 0.1, "kl_estimator": "k1"},
+    "sapo_k3_beta": {"type": "sapo", "beta": 0.1, "kl_estimator": "k3"},
+    "sapo_k3_cold": {"type": "sapo", "beta": 0.1, "kl_estimator": "k3", "temperature": 0.8},
+    "fused_k0_rewards": {"rewards": True},
+}
+
+
+def loss_kwargs(b: dict, case: str) -> dict:
+    """The keyword arguments of grpo_loss / grpo_loss_ref for LOSS_CASES[case] on the batch `b`
+    (make_batch's): the reference log-probs when beta > 0, IS weights spread over [0.5, 1.6],
+    sequence ids for gspo, rewards and group ids in place of advantages for K0."""
+    kw = dict(LOSS_CASES[case])
+    if "beta" in kw:
+        kw["ref_logp"] = b["ref_logp"]
+    if kw.pop("is_weights", False):
+        kw["is_weights"] = torch.linspace(0.5, 1.6, b["targets"].numel(), device=b["targets"].device)
+    if kw.get("type") == "gspo":
+        kw["seq_ids"] = b["seq_ids"]
+    if kw.pop("rewards", False):
+        kw.update(rewards=b["rewards"], seq_ids=b["seq_ids"], group_ids=b["group_ids"])
+    return kw
+
+
+def case_temperature(case: str) -> float:
+    return LOSS_CASES[case].get("temperature", 1.0)
+
+
 def run_loss(fn, b: dict, dtype: torch.dtype, *, with_dw: bool = True, **kw):
     """Calls fn (grpo_loss or grpo_loss_ref) with hidden/weight cast to dtype and returns
     (output, dH, dW) with the gradients from loss.backward()."""

@@ -141,7 +141,7 @@ def _write_dz(base, dbase, V, y, lse, ent, g, ecw, inv_temp, BLOCK_V: tl.constex
 def _grpo_rows_kernel(z_ptr, stride_z, dz_ptr, stride_dz, y_ptr, old_ptr, adv_ptr, w_ptr, ref_ptr,
                       isw_ptr, g_ptr, rew_ptr, gid_ptr, sid_ptr, n_seqs, logp_ptr, ent_ptr, adv_out_ptr,
                       loss_ptr, n_rows, V, inv_temp, eps_low, eps_high, dual_clip, cispo_cap, tau_pos,
-                      tau_neg, is_cap, beta, ent_coef, adv_eps, ddof, BLOCK_V: tl.constexpr,
+                      tau_neg, beta, ent_coef, adv_eps, ddof, BLOCK_V: tl.constexpr,
                       BLOCK_S: tl.constexpr, KL: tl.constexpr, LOSS: tl.constexpr, HAS_IS: tl.constexpr, G_GIVEN: tl.constexpr, FUSED_ADV: tl.constexpr,
                       ADV_EST: tl.constexpr, NEED_GRAD: tl.constexpr, WITH_ENTROPY: tl.constexpr,
                       ENT_GRAD: tl.constexpr, BARRIER: tl.constexpr):
@@ -161,8 +161,6 @@ def _grpo_rows_kernel(z_ptr, stride_z, dz_ptr, stride_dz, y_ptr, old_ptr, adv_pt
                                tau_pos, tau_neg, LOSS)
         if HAS_IS:
             isw = tl.load(isw_ptr + row)
-            if is_cap > 0.0:
-                isw = tl.minimum(isw, is_cap)
             pg = pg * isw
             dpg = dpg * isw
         tok = pg

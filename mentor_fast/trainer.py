@@ -38,6 +38,7 @@ from mentor_fast.checkpoint import (
 from mentor_fast.config import RunConfig, resolve, save_config, to_dict
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.dist import Dist, RankFailure
+from mentor_fast.kernels import GRPOOptions
 from mentor_fast.method import Method, NoMethod, RolloutPlan
 from mentor_fast.metrics import MetricsLogger, peak_mem_gb, reduce_metrics, to_scalars, write_report
 from mentor_fast.models import (
@@ -136,12 +137,12 @@ class Trainer:
         self.weights = FullWeights(self.policy) if self.dist.enabled else self.model  # what engines read
 
         self.optimizer, self.scheduler = build_optimizer(self.policy, cfg.optim, cfg.trainer.max_steps)
-        self.updater = PolicyUpdater(
-            self.policy, self.optimizer, self.scheduler, cfg.loss, cfg.trainer, cfg.optim,
-            temperature=cfg.rollout.temperature, max_new_tokens=cfg.rollout.max_new_tokens,
-            pad_id=self.tokenizer.pad_token_id, autocast_bf16=cfg.model.autocast_bf16,
-            ref_model=self.ref_model, seed=cfg.seed, dist=self.dist,
-        )
+        loss = GRPOOptions.of(cfg.loss, temperature=cfg.rollout.temperature,
+                              compute_dtype=torch.bfloat16 if cfg.model.autocast_bf16 else None,
+                              max_completion_len=cfg.rollout.max_new_tokens)
+        self.updater = PolicyUpdater(self.policy, self.optimizer, self.scheduler, loss, cfg.trainer, cfg.optim,
+                                     pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, seed=cfg.seed,
+                                     dist=self.dist)
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed)
         self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat)

@@ -38,10 +38,10 @@ from mentor_fast.algo.batch import (
 )
 from mentor_fast.algo.terms import TermContext, apply_extra_terms
 from mentor_fast.algo.weights import Weighting, token_policy_weights
-from mentor_fast.config import LossConfig, OptimConfig, TrainerConfig
+from mentor_fast.config import OptimConfig, TrainerConfig
 from mentor_fast.dist import Dist
 from mentor_fast.forward import MicroBatch, completion_hidden
-from mentor_fast.kernels import GRPOOptions, grpo_loss, sequence_weights, token_logprobs
+from mentor_fast.kernels import AGGREGATIONS, GRPOOptions, grpo_loss, sequence_weights, token_logprobs
 from mentor_fast.optim import AdamWBF16States
 from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
 from mentor_fast.types import TokenWeighting
@@ -67,15 +67,6 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, max_steps: int):
     return optimizer, scheduler
 
 
-def loss_options(cfg: LossConfig, temperature: float, compute_dtype: torch.dtype | None = None) -> GRPOOptions:
-    """The kernels' options for `loss.*` (the IS weights arrive already truncated: is_cap 0).
-    compute_dtype: the LM head's GEMM operands (bf16 under model.autocast_bf16; fp32 logits)."""
-    return GRPOOptions(loss_type=cfg.type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip,
-                       cispo_cap=cfg.cispo_cap, sapo_tau_pos=cfg.sapo_tau_pos, sapo_tau_neg=cfg.sapo_tau_neg,
-                       temperature=temperature, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
-                       entropy_coef=cfg.entropy_coef, is_cap=0.0, compute_dtype=compute_dtype)
-
-
 def _hidden_and_head(model, batch, seqs, pad_id, share_prompts, autocast_bf16, packed=False):
     """Run inside the policy's forward: the micro-batch's hidden states and the (gathered) head."""
     mb = completion_hidden(model, batch, seqs, pad_id, share_prompts=share_prompts, autocast_bf16=autocast_bf16,
@@ -92,21 +83,21 @@ def _idle_pass(model, pad_id):
 class PolicyUpdater:
     """Runs PPO epochs x mini-batches x micro-batches over one TrainBatch.
 
-    model: the policy, or its `PolicyModule` (sharded across the ranks of `dist`)."""
+    model: the policy, or its `PolicyModule` (sharded across the ranks of `dist`). loss: the run's
+    loss settings with the sampling temperature, the head's compute dtype and the maximum completion
+    length (`GRPOOptions.of(cfg.loss, ...)`); a bf16 compute dtype also runs the decoder under bf16
+    autocast. pad_id: the tokenizer's; ref_model: the frozen KL reference (beta > 0)."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler,
-        loss_cfg: LossConfig,
+        loss: GRPOOptions,
         trainer_cfg: TrainerConfig,
         optim_cfg: OptimConfig,
         *,
-        temperature: float,
-        max_new_tokens: int,
         pad_id: int,
-        autocast_bf16: bool = False,
         ref_model: torch.nn.Module | None = None,
         seed: int = 0,
         dist: Dist | None = None,
@@ -114,23 +105,23 @@ class PolicyUpdater:
         self.policy = model if isinstance(model, PolicyModule) else PolicyModule(model)
         self.model, self.optimizer, self.scheduler = self.policy.model, optimizer, scheduler
         self.dist = dist or Dist()
-        self.loss_cfg, self.trainer_cfg, self.optim_cfg = loss_cfg, trainer_cfg, optim_cfg
-        self.temperature, self.max_new_tokens, self.pad_id = temperature, max_new_tokens, pad_id
-        self.autocast_bf16 = autocast_bf16
-        self.ref_model = ref_model
-        self.generator = torch.Generator().manual_seed(seed)
+        self.options, self.trainer_cfg, self.optim_cfg = loss, trainer_cfg, optim_cfg
+        self.aggregation = AGGREGATIONS[loss.aggregation]
+        self.pad_id = pad_id
         # bf16 compute with fp32 master weights: the head's GEMMs take bf16 operands too (cast from
         # the master weight once per call), accumulate in fp32 and keep fp32 logits chunks.
-        self.options = loss_options(loss_cfg, temperature, torch.bfloat16 if autocast_bf16 else None)
-        self.backend = "ref" if loss_cfg.impl == "reference" else None  # None: triton on CUDA, else chunked
+        self.autocast_bf16 = loss.compute_dtype == torch.bfloat16
+        self.ref_model = ref_model
+        self.generator = torch.Generator().manual_seed(seed)
+        self.backend = "ref" if loss.impl == "reference" else None  # None: triton on CUDA, else chunked
         # The default weighting of every sequence: the engine-mismatch correction (none at is_cap 0).
-        self.default_weighting = TokenWeighting(Weighting.TRUNCATED_IS, loss_cfg.is_cap) if loss_cfg.is_cap > 0 else None
+        self.default_weighting = TokenWeighting(Weighting.TRUNCATED_IS, loss.is_cap) if loss.is_cap > 0 else None
         # The prompt keys/values are passed between two decoder calls, which HF's gradient
         # checkpointing does not allow (it drops the cache): fall back to full rows there.
         self.share_prompts = trainer_cfg.shared_prompt_forward and not getattr(
             self.model, "is_gradient_checkpointing", False)
-        self.skip_zero_advantage = (trainer_cfg.skip_zero_advantage and loss_cfg.beta == 0
-                                    and loss_cfg.entropy_coef == 0 and loss_cfg.aggregation != "token_mean_micro")
+        self.skip_zero_advantage = (trainer_cfg.skip_zero_advantage and loss.beta == 0 and loss.entropy_coef == 0
+                                    and not self.aggregation.per_micro_batch)
 
     # ---------------------------------------------------------------- forward pieces
     def _plan(self, batch: TrainBatch, seqs: list[int]) -> list[list[int]]:
@@ -168,7 +159,7 @@ class PolicyUpdater:
         for plan in plans:
             mb, weight = self._hidden(model, batch, plan)
             with torch.autocast(mb.hidden.device.type, enabled=False):
-                logp = token_logprobs(mb.hidden, weight, mb.targets, temperature=self.temperature,
+                logp = token_logprobs(mb.hidden, weight, mb.targets, temperature=self.options.temperature,
                                       backend=self.backend, compute_dtype=self.options.compute_dtype)
             for j, i in enumerate(plan):
                 out[i] = logp[mb.seq_index == j].float().cpu()
@@ -207,7 +198,7 @@ class PolicyUpdater:
         terms: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         grad_norms = []
         stale = batch.policy_versions < current_version
-        context = TermContext(self.model, self.temperature, forward=self.policy, idle=self._idle,
+        context = TermContext(self.model, self.options.temperature, forward=self.policy, idle=self._idle,
                               count=self._most if dist.enabled else None)
         # extra terms backpropagate on their own; without them, ranks sync gradients once per step
         sync_each = dist.any(any(r.extra_terms for r in batch.rollouts))
@@ -254,12 +245,13 @@ class PolicyUpdater:
     # ---------------------------------------------------------------- across ranks
     def _global_weights(self, lens: torch.Tensor) -> torch.Tensor:
         """This rank's sequence weights, computed over the mini-batch's lengths on every rank."""
+        agg, max_len = self.options.aggregation, self.options.max_completion_len
         if not self.dist.enabled:
-            return sequence_weights(lens, self.loss_cfg.aggregation, self.max_new_tokens)
+            return sequence_weights(lens, agg, max_len)
         every = self.dist.gather(lens.tolist())
         start = sum(len(x) for x in every[: self.dist.rank])
         all_lens = torch.tensor([n for x in every for n in x], dtype=lens.dtype)
-        return sequence_weights(all_lens, self.loss_cfg.aggregation, self.max_new_tokens)[start : start + len(lens)]
+        return sequence_weights(all_lens, agg, max_len)[start : start + len(lens)]
 
     def _set_sync(self, sync: bool) -> None:
         """Reduce-scatter gradients on this backward (FSDP2), or keep accumulating them locally."""
@@ -288,7 +280,7 @@ class PolicyUpdater:
     def signal_free(self, batch: TrainBatch) -> bool:
         """True when the batch's gradient is exactly 0: every advantage is 0 and no term (KL, entropy
         bonus, an extra term) acts without one."""
-        cfg = self.loss_cfg
+        cfg = self.options
         return (cfg.beta == 0 and cfg.entropy_coef == 0 and not bool(batch.advantages.ne(0).any())
                 and not any(r.extra_terms for r in batch.rollouts))
 
@@ -302,9 +294,11 @@ class PolicyUpdater:
         mb, weight = self._hidden(None, batch, plan)
         device = mb.hidden.device
         lens = batch.completion_lens[plan]
-        w = torch.repeat_interleave(torch.tensor([weight_of[i] for i in plan], dtype=torch.float64), lens)
-        if self.loss_cfg.aggregation == "token_mean_micro":  # bnpo: normalise inside the micro-batch
-            w = torch.full_like(w, 1.0 / max(1, int(lens.sum())) / num_micro)
+        if self.aggregation.per_micro_batch:  # e.g. TRL's bnpo: this micro-batch's own normaliser
+            seq_w = sequence_weights(lens, self.options.aggregation, self.options.max_completion_len) / num_micro
+        else:
+            seq_w = torch.tensor([weight_of[i] for i in plan], dtype=torch.float64)
+        w = torch.repeat_interleave(seq_w, lens)
         adv = torch.repeat_interleave(batch.advantages[plan], lens)
         sampler = torch.cat([batch.sampler_logprobs(i) for i in plan])
         # The behaviour policy is what sampled the tokens: without a recomputed old pass (one
@@ -316,7 +310,7 @@ class PolicyUpdater:
         ])
         is_w = self._policy_weights(batch, plan, old, sampler)
         ref = None
-        if self.loss_cfg.beta > 0:
+        if self.options.beta > 0:
             ref_all = self.logprobs(self.ref_model, batch, plan)  # the reference is not sharded
             ref = torch.cat([ref_all[i] for i in plan]).to(device)
         w, adv, sampler, old = (t.to(device=device, dtype=torch.float32) for t in (w, adv, sampler, old))

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import comparable
 from safetensors.torch import load_file
 
 from mentor_fast.metrics import read_metrics
-from mentor_fast.trainer import TIMING_PREFIXES
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="needs torch.distributed with gloo")
@@ -74,15 +74,11 @@ def _ok(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
-def _comparable(row: dict) -> dict:
-    return {k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES)}
-
-
 def _same_rows(a: Path, b: Path) -> list[dict]:
     x, y = read_metrics(a / "metrics.jsonl"), read_metrics(b / "metrics.jsonl")
     assert [r["step"] for r in x] == [r["step"] for r in y]
     for rx, ry in zip(x, y):
-        assert _comparable(ry) == pytest.approx(_comparable(rx), rel=1e-5, abs=1e-7), rx["step"]
+        assert comparable(ry) == pytest.approx(comparable(rx), rel=1e-5, abs=1e-7), rx["step"]
     return x
 
 
@@ -139,7 +135,7 @@ def test_two_ranks_match_one_rank_with_the_mentor_and_resume_on_two_and_on_one(t
     _same_rows(two, part)
     resumed = read_metrics(on_one / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [3]
-    assert _comparable(resumed[0]) == pytest.approx(_comparable(read_metrics(two / "metrics.jsonl")[2]),
+    assert comparable(resumed[0]) == pytest.approx(comparable(read_metrics(two / "metrics.jsonl")[2]),
                                                     rel=1e-5, abs=1e-7)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import write_shaped_reward
 from mentor_fast.kernels import (
     grpo_loss,
     grpo_loss_from_logits,
@@ -21,16 +22,12 @@ from mentor_fast.kernels import (
     token_logprobs,
     token_logprobs_ref,
 )
-from mentor_fast.kernels.testing import assert_close_rule, make_batch, run_loss, tiny_atol
+from mentor_fast.kernels.testing import LOSS_CASES, assert_close_rule, make_batch, run_loss, tiny_atol
 
 pytestmark = pytest.mark.gpu
 
 N, H, V, CHUNK = 2600, 72, 10007, 1100
-KL_CASES = {  # beta > 0 for each KL estimator, with temperatures on both sides of 1
-    "k1": {"beta": 0.1, "kl_estimator": "k1", "temperature": 0.7},
-    "k2": {"beta": 0.05, "kl_estimator": "k2", "temperature": 1.3},
-    "k3": {"beta": 0.1, "kl_estimator": "k3", "temperature": 0.7},
-}
+KL_CASES = ["k1_cold", "k2_hot", "k3_cold"]  # beta > 0 for each KL estimator, temperatures on both sides of 1
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -75,10 +72,10 @@ def check_fused_against_ref(dtype, case: dict, n=N, h=H, v=V, chunk=CHUNK, devic
     return out, dh, dw
 
 
-@pytest.mark.parametrize("kl", list(KL_CASES))
+@pytest.mark.parametrize("kl", KL_CASES)
 @pytest.mark.parametrize("dtype", list(DTYPES))
 def test_fused_loss_on_cuda_matches_fp64_reference(dtype, kl):
-    check_fused_against_ref(DTYPES[dtype], KL_CASES[kl])
+    check_fused_against_ref(DTYPES[dtype], LOSS_CASES[kl])
 
 
 def test_default_backend_on_cuda_is_the_triton_kernel():
@@ -174,12 +171,6 @@ def test_more_rows_than_a_2d_grid_allows():
     check_many_rows()
 
 
-SHAPED_REWARD = """
-def shorter_is_better(completions, **columns):
-    return [-len(c[0]["content"]) / 100.0 for c in completions]
-"""
-
-
 def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch):
     """Tiny model on the GPU, same seed: loss.impl=fused (Triton row kernel, chunked GEMMs) against
     loss.impl=reference (materialised logits, autograd). The rollouts before the first update are
@@ -197,14 +188,13 @@ def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch):
     from mentor_fast.metrics import read_metrics
     from mentor_fast.trainer import Trainer
 
-    (tmp_path / "gpu_tiny_rewards.py").write_text(SHAPED_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    reward_fn = write_shaped_reward(tmp_path, monkeypatch, "gpu_tiny_rewards")
     rows = {}
     for impl in ("reference", "fused"):
         cfg = load_config(["configs/tiny_test.yaml"], [
             f"output_dir={tmp_path / impl}", "model.device=cuda", f"loss.impl={impl}", "trainer.max_steps=3",
             "trainer.tensorboard=false", "trainer.progress=false", "model.tf32=false", "model.liger=false",
-            'reward.functions=["gpu_tiny_rewards:shorter_is_better"]'])
+            reward_fn])
         rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
     assert [r["step"] for r in rows["fused"]] == [r["step"] for r in rows["reference"]] == [1, 2, 3]
     assert rows["fused"][0]["grad_norm"] > 0 and rows["fused"][-1]["perf/peak_mem_gb"] > 0  # it ran on the GPU
@@ -277,14 +267,13 @@ def test_bf16_training_run_on_gpu_fused_matches_reference(tmp_path, monkeypatch)
     from mentor_fast.metrics import read_metrics
     from mentor_fast.trainer import Trainer
 
-    (tmp_path / "gpu_tiny_rewards.py").write_text(SHAPED_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    reward_fn = write_shaped_reward(tmp_path, monkeypatch, "gpu_tiny_rewards")
     rows = {}
     for impl in ("reference", "fused"):
         cfg = load_config(["configs/tiny_test.yaml"], [
             f"output_dir={tmp_path / impl}", "model.device=cuda", f"loss.impl={impl}", "trainer.max_steps=2",
             "model.autocast_bf16=true", "model.liger=false", "trainer.tensorboard=false", "trainer.progress=false",
-            'reward.functions=["gpu_tiny_rewards:shorter_is_better"]'])
+            reward_fn])
         rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
     assert rows["fused"][0]["grad_norm"] > 0
     for ref, fused in zip(rows["reference"], rows["fused"]):

@@ -21,7 +21,14 @@ from mentor_fast.kernels import (
     token_logprobs,
     token_logprobs_ref,
 )
-from mentor_fast.kernels.testing import assert_close_rule, make_batch, run_loss, tiny_atol
+from mentor_fast.kernels.testing import (
+    assert_close_rule,
+    case_temperature,
+    loss_kwargs,
+    make_batch,
+    run_loss,
+    tiny_atol,
+)
 
 # ---------------------------------------------------------------- K0 advantages
 
@@ -110,35 +117,12 @@ def test_token_logprobs_no_grad_and_ref_backend():
 
 # ---------------------------------------------------------------- K2 fused loss (chunked torch)
 
-CASES = {
-    "base": {},
-    "temperature_dual_clip": {"temperature": 0.7, "dual_clip": 3.0},
-    "k3_beta": {"beta": 0.1, "kl_estimator": "k3"},
-    "k1_beta": {"beta": 0.1, "kl_estimator": "k1"},
-    "k2_beta_entropy_bonus": {"beta": 0.05, "kl_estimator": "k2", "entropy_coef": 0.02},
-    "is_weights_capped": {"is_cap": 1.2},
-    "gspo": {"loss_type": "gspo"},
-    "cispo": {"loss_type": "cispo", "cispo_cap": 1.2},
-    "sapo_k3_beta": {"loss_type": "sapo", "beta": 0.1, "kl_estimator": "k3"},
-    "fused_k0_rewards": {"rewards": True},
-}
-
-
-def _kwargs(b, case):
-    kw = dict(CASES[case])
-    if "beta" in kw:
-        kw["ref_logp"] = b["ref_logp"]
-    if "is_cap" in kw:
-        kw["is_weights"] = torch.linspace(0.5, 1.6, b["targets"].numel())
-    if kw.get("loss_type") == "gspo":
-        kw["seq_ids"] = b["seq_ids"]
-    if kw.pop("rewards", False):
-        kw.update(rewards=b["rewards"], seq_ids=b["seq_ids"], group_ids=b["group_ids"])
-    return kw
+CPU_CASES = ["base", "temperature_dual_clip", "k3_beta", "k1_beta", "k2_beta_entropy_bonus", "is_weights", "gspo",
+             "cispo", "sapo_k3_beta", "fused_k0_rewards"]
 
 
 def _check_against_ref(b, dtype, backend, case, chunk_tokens):
-    kw = _kwargs(b, case)
+    kw = loss_kwargs(b, case)
     fp64 = {**b, "hidden": b["hidden"].to(dtype).double(), "weight": b["weight"].to(dtype).double()}
     if "rewards" in kw:
         fp64 = {**fp64, "advantages": None}
@@ -158,15 +142,15 @@ def _check_against_ref(b, dtype, backend, case, chunk_tokens):
     return out, r64
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", CPU_CASES)
 def test_grpo_loss_torch_fp32(case):
-    b = make_batch(203, 80, 1500, temperature=CASES[case].get("temperature", 1.0))
+    b = make_batch(203, 80, 1500, temperature=case_temperature(case))
     _check_against_ref(b, torch.float32, "torch", case, chunk_tokens=64)
 
 
 @pytest.mark.parametrize("case", ["base", "temperature_dual_clip", "k2_beta_entropy_bonus", "gspo", "cispo"])
 def test_grpo_loss_torch_bf16(case):
-    b = make_batch(157, 64, 1201, seed=3, temperature=CASES[case].get("temperature", 1.0))
+    b = make_batch(157, 64, 1201, seed=3, temperature=case_temperature(case))
     _check_against_ref(b, torch.bfloat16, "torch", case, chunk_tokens=50)
 
 
@@ -175,8 +159,8 @@ def test_grpo_loss_bf16_compute_fp32_master(case):
     """The mixed-precision head (model.autocast_bf16): fp32 hidden and master weight, bf16 GEMM
     operands, fp32 logits. Within the rule of the bf16-rounded inputs, and the gradients come back
     fp32 and unrounded: dW's error is far below one bf16 rounding of dW (a rounded dW fails)."""
-    b = make_batch(157, 64, 1201, seed=5, temperature=CASES[case].get("temperature", 1.0))
-    kw = _kwargs(b, case)
+    b = make_batch(157, 64, 1201, seed=5, temperature=case_temperature(case))
+    kw = loss_kwargs(b, case)
     bf = torch.bfloat16
     fp64 = {**b, "hidden": b["hidden"].to(bf).double(), "weight": b["weight"].to(bf).double()}
     r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64, **kw)
@@ -194,7 +178,7 @@ def test_grpo_loss_bf16_compute_fp32_master(case):
     assert (rr.loss - out.loss).abs().item() <= 1e-5 * max(1.0, abs(rr.loss.item()))
     assert (dwr.double() - dw64).abs().max().item() < rounding / 8
     # K1 with the same operands
-    lp = token_logprobs(b["hidden"].float(), b["weight"].float(), b["targets"], CASES[case].get("temperature", 1.0),
+    lp = token_logprobs(b["hidden"].float(), b["weight"].float(), b["targets"], case_temperature(case),
                         compute_dtype=bf, chunk_tokens=40)
     assert (lp.double() - r64.logp).abs().max().item() < 1e-4
 

@@ -9,7 +9,7 @@ import importlib.util
 
 import pytest
 import torch
-from test_trainer import SHAPED_REWARD
+from helpers import SHAPED_REWARD
 
 from mentor_fast.config import ConfigError, load_config
 from mentor_fast.metrics import read_metrics

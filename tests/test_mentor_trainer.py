@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import comparable
 
 from mentor_fast.config import ConfigError, load_config
 from mentor_fast.mentor import leaks_answer
 from mentor_fast.metrics import read_metrics
-from mentor_fast.trainer import TIMING_PREFIXES, Trainer
+from mentor_fast.trainer import Trainer
 
 MENTOR_KEYS = [
     "groups/all_fail_frac", "groups/all_fail_frac_after_mentor", "mentor/triggered", "mentor/rescued",
@@ -61,7 +62,6 @@ def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
             resume="auto").fit()
     a, b = read_metrics(full / "metrics.jsonl"), read_metrics(part / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3, 4]
-    comparable = lambda row: {k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES)}
     for x, y in zip(a, b):
         assert comparable(y) == pytest.approx(comparable(x), rel=1e-6, abs=1e-9), x["step"]
     assert b[2]["mentor/triggered"] >= 1 and b[2]["mentor/all_fail_frac"] == 1.0  # step 2's hints, carried

@@ -49,7 +49,7 @@ def test_dual_clip_bounds_negative_advantage_loss():
     assert dual.loss.item() == pytest.approx(3.0 - 1.28)
     assert dual.dual.tolist() == [True, False]
     with pytest.raises(ValueError, match="dual_clip"):
-        GRPOOptions(loss_type="sapo", dual_clip=3.0)
+        GRPOOptions(type="sapo", dual_clip=3.0)
 
 
 def test_cispo_hand_values():
@@ -58,7 +58,7 @@ def test_cispo_hand_values():
     old = torch.zeros(3)
     logp = torch.log(torch.tensor([1.5, 0.5, 3.0], dtype=torch.float64)).requires_grad_()
     adv = torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64)
-    out = _terms(logp, old.double(), adv, loss_type="cispo", cispo_cap=2.0)
+    out = _terms(logp, old.double(), adv, type="cispo", cispo_cap=2.0)
     want = -1.5 * 1 * math.log(1.5) - 0.5 * -1 * math.log(0.5) - 2.0 * 2 * math.log(3.0)
     assert out.loss.item() == pytest.approx(want, rel=1e-12)
     out.loss.backward()
@@ -73,7 +73,7 @@ def test_sapo_hand_values():
     adv = [1.0, -1.0, 1.0, -1.0]
     logp = torch.log(torch.tensor(ratios, dtype=torch.float64)).requires_grad_()
     out = _terms(logp, torch.zeros(4, dtype=torch.float64), torch.tensor(adv, dtype=torch.float64),
-                 loss_type="sapo")
+                 type="sapo")
     sig = lambda x: 1.0 / (1.0 + math.exp(-x))
     want_loss, want_grad = 0.0, []
     for r, a in zip(ratios, adv):
@@ -120,10 +120,12 @@ def test_beta_adds_weighted_kl():
         _terms(logp, logp, torch.zeros(2), beta=0.1)
 
 
-def test_is_cap_truncates_the_policy_weights():
+def test_is_weights_scale_the_policy_term_as_given():
+    # the kernels take the weights as made (algo/weights.py truncates the mismatch ratio at
+    # loss.is_cap); a run's is_cap must not cut a method's own weights again here
     logp = torch.zeros(2)
     out = _terms(logp, logp, torch.ones(2), is_weights=torch.tensor([0.5, 2.0]), is_cap=1.2)
-    assert out.pg_loss.item() == pytest.approx(-(0.5 + 1.2))
+    assert out.pg_loss.item() == pytest.approx(-(0.5 + 2.0))
 
 
 def test_entropy_bonus_gradient_is_minus_coef_times_weight():
@@ -138,7 +140,7 @@ def test_sequence_level_ratio_is_length_normalised():
     old = torch.zeros(5)
     logp = torch.tensor([0.1, 0.3, -0.2, 0.0, 0.4], requires_grad=True)
     seq = torch.tensor([0, 0, 1, 1, 1])
-    out = _terms(logp, old, torch.ones(5), loss_type="gspo", eps_low=10, eps_high=10, seq_ids=seq)
+    out = _terms(logp, old, torch.ones(5), type="gspo", eps_low=0.9, eps_high=10, seq_ids=seq)
     s0, s1 = math.exp(0.2), math.exp(0.2 / 3)
     assert out.loss.item() == pytest.approx(-(2 * s0 + 3 * s1), rel=1e-6)
     out.loss.backward()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import write_shaped_reward
 
 from mentor_fast.config import OptimConfig
 from mentor_fast.optim import AdamWBF16States, store_bf16_
@@ -54,15 +55,11 @@ def test_config_picks_it():
 
 
 def test_a_run_checkpoints_and_resumes_the_bf16_moments(tmp_path, monkeypatch):
-    from test_trainer import SHAPED_REWARD
-
     from mentor_fast.config import load_config
     from mentor_fast.trainer import Trainer
 
-    (tmp_path / "tiny_rewards.py").write_text(SHAPED_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
     overrides = [f"output_dir={tmp_path / 'run'}", "trainer.max_steps=1", "trainer.tensorboard=false",
-                 "optim.state_dtype=bfloat16", 'reward.functions=["tiny_rewards:shorter_is_better"]']
+                 "optim.state_dtype=bfloat16", write_shaped_reward(tmp_path, monkeypatch)]
     first = Trainer(load_config(["configs/tiny_test.yaml"], overrides))
     first.fit()
     saved = {n: first.optimizer.state[p]["exp_avg_sq"].clone() for n, p in first.model.named_parameters()}

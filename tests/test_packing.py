@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_update import PAD, _assert_grads_close, _grads_of_update, _groups, _updater
+from helpers import PAD, assert_grads_close, grads_of_update, make_groups, make_updater
 
 from mentor_fast.algo.batch import build_train_batch, plan_packed_micro_batches
 from mentor_fast.config import AdvantageConfig
@@ -18,7 +18,7 @@ from mentor_fast.models import load_policy
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_rows_give_the_padded_rows_hidden_states_and_gradients(tiny_model_path, attn):
-    batch = build_train_batch(_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
+    batch = build_train_batch(make_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
     model = load_policy(tiny_model_path, attn_implementation=attn)
     seqs = list(range(batch.num_seqs))
     assert len({len(r) for r in batch.input_ids}) > 1  # ragged: padding would be needed
@@ -32,16 +32,16 @@ def test_packed_rows_give_the_padded_rows_hidden_states_and_gradients(tiny_model
     (rows, g_rows), (packed, g_packed) = results
     assert torch.equal(rows.targets, packed.targets) and torch.equal(rows.seq_index, packed.seq_index)
     torch.testing.assert_close(packed.hidden, rows.hidden, atol=1e-5, rtol=1e-5)
-    _assert_grads_close(g_packed, g_rows, rel=1e-5)
+    assert_grads_close(g_packed, g_rows, rel=1e-5)
 
 
 def test_update_with_packing_equals_padded_rows(tiny_model_path):
-    batch = build_train_batch(_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
-    g_rows, m_rows = _grads_of_update(_updater(tiny_model_path, "fused", shared_prompt_forward=False,
+    batch = build_train_batch(make_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
+    g_rows, m_rows = grads_of_update(make_updater(tiny_model_path, "fused", shared_prompt_forward=False,
                                                micro_batch_tokens=40), batch)
-    g_packed, m_packed = _grads_of_update(_updater(tiny_model_path, "fused", shared_prompt_forward=False,
+    g_packed, m_packed = grads_of_update(make_updater(tiny_model_path, "fused", shared_prompt_forward=False,
                                                    packing=True, micro_batch_tokens=40), batch)
-    _assert_grads_close(g_packed, g_rows, rel=1e-5)
+    assert_grads_close(g_packed, g_rows, rel=1e-5)
     assert float(m_packed["loss"]) == pytest.approx(float(m_rows["loss"]), rel=1e-5, abs=1e-7)
 
 

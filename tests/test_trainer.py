@@ -8,11 +8,12 @@ import sys
 
 import pytest
 import torch
+from helpers import comparable, write_shaped_reward
 from transformers import AutoModelForCausalLM
 
 from mentor_fast.config import load_config
 from mentor_fast.metrics import read_metrics
-from mentor_fast.trainer import TIMING_PREFIXES, Trainer
+from mentor_fast.trainer import Trainer
 
 TINY = "configs/tiny_test.yaml"
 
@@ -28,18 +29,11 @@ REQUIRED = [
 ]
 
 
-SHAPED_REWARD = """
-def shorter_is_better(completions, **columns):
-    return [-len(c[0]["content"]) / 100.0 for c in completions]
-"""
-
-
 def test_two_step_run_writes_metrics_report_and_loadable_checkpoint(tmp_path, monkeypatch):
     # A random tiny model never answers correctly, so a shaped TRL-style reward gives it a signal.
-    (tmp_path / "tiny_rewards.py").write_text(SHAPED_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    reward_fn = write_shaped_reward(tmp_path, monkeypatch)
     out = Trainer(_cfg(tmp_path / "run", "trainer.max_steps=2",
-                       'reward.functions=["tiny_rewards:shorter_is_better"]')).fit()
+                       reward_fn)).fit()
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     for key in REQUIRED:
@@ -74,10 +68,9 @@ def test_model_device_is_checked_and_resolved():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_run_on_gpu_trains_and_generates_there(tmp_path, monkeypatch):
-    (tmp_path / "tiny_rewards.py").write_text(SHAPED_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    reward_fn = write_shaped_reward(tmp_path, monkeypatch)
     trainer = Trainer(_cfg(tmp_path / "run", "trainer.max_steps=2", "model.device=cuda", "mentor.enable=true",
-                           'reward.functions=["tiny_rewards:shorter_is_better"]'))
+                           reward_fn))
     try:
         assert next(trainer.model.parameters()).device.type == "cuda"
         rows = [trainer.step(step) for step in (1, 2)]
@@ -85,10 +78,6 @@ def test_run_on_gpu_trains_and_generates_there(tmp_path, monkeypatch):
         trainer.close()
     assert rows[0]["grad_norm"] > 0 and all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
     assert rows[-1]["perf/peak_mem_gb"] > 0  # CUDA memory was allocated: the work ran on the GPU
-
-
-def _comparable(row):
-    return {k: v for k, v in row.items() if not k.startswith(TIMING_PREFIXES)}
 
 
 def test_resume_gives_the_same_next_step(tmp_path):
@@ -100,7 +89,7 @@ def test_resume_gives_the_same_next_step(tmp_path):
     a = read_metrics(full / "metrics.jsonl")
     b = read_metrics(part / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3]
-    assert _comparable(a[2]) == pytest.approx(_comparable(b[2]), rel=1e-6, abs=1e-9)
+    assert comparable(a[2]) == pytest.approx(comparable(b[2]), rel=1e-6, abs=1e-9)
 
 
 def _cli(*args, cwd=None):
@@ -186,13 +175,12 @@ def test_fused_loss_run_matches_reference_run(tmp_path, monkeypatch, kl):
     reference). Tolerance: both compute fp32 log-softmax over the same logits in a different order
     (chunked GEMM vs one GEMM), ~1e-6 relative per log-prob; after Adam steps of lr 1e-4 the
     weights differ by ~1e-7, far below what flips a sampled token, so per-step metrics agree to 1e-4."""
-    (tmp_path / "tiny_rewards.py").write_text(SHAPED_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    reward_fn = write_shaped_reward(tmp_path, monkeypatch)
     beta = [] if kl is None else ["loss.beta=0.5", "model.ref_model=true", f"loss.kl_estimator={kl}"]
     rows = {}
     for impl in ("reference", "fused"):
         out = Trainer(_cfg(tmp_path / impl, "trainer.max_steps=3", f"loss.impl={impl}", *beta,
-                           'reward.functions=["tiny_rewards:shorter_is_better"]')).fit()
+                           reward_fn)).fit()
         rows[impl] = read_metrics(out / "metrics.jsonl")
     keys = ["loss", "grad_norm", "entropy", "rollout/logp_mismatch"] + ([] if kl is None else ["kl"])
     for ref, fused in zip(rows["reference"], rows["fused"]):

@@ -11,79 +11,22 @@ changes them at the 1e-1 level.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
+from helpers import PAD, assert_grads_close, grads_of_update, make_groups, make_updater
+from mentor_fast.kernels import GRPOOptions
 
 from mentor_fast.algo.batch import build_train_batch, plan_shared_micro_batches
 from mentor_fast.algo.terms import TermContext, apply_extra_terms
-from mentor_fast.config import AdvantageConfig, LossConfig, OptimConfig, TrainerConfig
+from mentor_fast.config import AdvantageConfig, OptimConfig, TrainerConfig
 from mentor_fast.forward import hidden_rows, hidden_shared
-from mentor_fast.models import load_policy
-from mentor_fast.types import ExtraTerm, Group, Problem, Rollout, TokenWeighting
-from mentor_fast.update import PolicyUpdater, build_optimizer
-
-PAD = 2
-
-
-def _groups(rewards: list[list[float]], seed: int = 0, hinted: bool = True) -> list[Group]:
-    """Groups of random token sequences; prompts differ in length, and the first group's last rollout
-    has a hinted prompt (the group's prompt plus extra tokens), as a MENTOR re-roll does."""
-    rng = random.Random(seed)
-    groups = []
-    for g, group_rewards in enumerate(rewards):
-        prompt = [rng.randrange(3, 500) for _ in range(5 + 4 * g)]
-        problem = Problem(id=f"p{g}", question=f"q{g}", gold="1")
-        rollouts = []
-        for k, r in enumerate(group_rewards):
-            ids = prompt
-            if hinted and g == 0 and k == len(group_rewards) - 1:  # a re-roll: q + hint tokens
-                ids = prompt + [rng.randrange(3, 500) for _ in range(3)]
-            comp = [rng.randrange(3, 500) for _ in range(rng.randint(1, 9))]
-            rollouts.append(Rollout(problem=problem, group_id=g, prompt_ids=ids, completion_ids=comp,
-                                    sampler_logprobs=[-rng.uniform(0.5, 3.0) for _ in comp], text="",
-                                    finish_reason="stop", policy_version=0, reward=r, correct=r > 0))
-        groups.append(Group(group_id=g, problem=problem, prompt_ids=prompt, rollouts=rollouts))
-    return groups
-
-
-def _updater(path, impl="reference", **trainer) -> PolicyUpdater:
-    torch.manual_seed(0)
-    model = load_policy(path)
-    model.train()
-    optim_cfg = OptimConfig(lr=1e-3)
-    optimizer, scheduler = build_optimizer(model, optim_cfg, max_steps=10)
-    return PolicyUpdater(model, optimizer, scheduler, LossConfig(impl=impl), TrainerConfig(**trainer), optim_cfg,
-                         temperature=1.0, max_new_tokens=16, pad_id=PAD)
-
-
-def _assert_grads_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], rel: float) -> None:
-    """Per parameter, ||got - want|| <= rel * ||want|| (elementwise tolerances fail on the tiny entries
-    of large-norm gradients, where summation order alone moves them)."""
-    for name, w in want.items():
-        err = float((got[name] - w).norm())
-        assert err <= rel * float(w.norm()) + 1e-12, f"{name}: |diff| {err:.3g} vs |grad| {float(w.norm()):.3g}"
-
-
-def _grads_of_update(updater: PolicyUpdater, batch) -> tuple[dict[str, torch.Tensor], dict]:
-    """Runs one update and returns the gradients the optimizer saw."""
-    seen = {}
-    step = updater._optimizer_step
-
-    def capture():
-        for name, p in updater.model.named_parameters():
-            seen[name] = p.grad.detach().clone()
-        return step()
-
-    updater._optimizer_step = capture
-    metrics = updater.update(batch, current_version=0)
-    return seen, metrics
+from mentor_fast.types import ExtraTerm, TokenWeighting
+from mentor_fast.update import PolicyUpdater
 
 
 def test_shared_prompt_hidden_states_and_gradients_match_full_rows(tiny_model_path):
-    batch = build_train_batch(_groups([[1, 0, 0, 1], [0, 1, 1]]), AdvantageConfig())
-    upd = _updater(tiny_model_path)
+    batch = build_train_batch(make_groups([[1, 0, 0, 1], [0, 1, 1]]), AdvantageConfig())
+    upd = make_updater(tiny_model_path)
     seqs = list(range(batch.num_seqs))
     assert len(set(batch.prompt_index)) == 3  # two prompts and one hinted variant
     probe = torch.randn(int(batch.completion_lens.sum()), upd.model.config.hidden_size)
@@ -97,27 +40,27 @@ def test_shared_prompt_hidden_states_and_gradients_match_full_rows(tiny_model_pa
     (rows, g_rows), (shared, g_shared) = results
     assert torch.equal(rows.targets, shared.targets) and torch.equal(rows.seq_index, shared.seq_index)
     torch.testing.assert_close(shared.hidden, rows.hidden, atol=1e-5, rtol=1e-5)
-    _assert_grads_close(g_shared, g_rows, rel=1e-5)
+    assert_grads_close(g_shared, g_rows, rel=1e-5)
 
 
 @pytest.mark.parametrize("impl", ["reference", "fused"])
 def test_update_with_shared_prompts_equals_full_rows(tiny_model_path, impl):
-    batch = build_train_batch(_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
+    batch = build_train_batch(make_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
     # a small budget forces several micro-batches, some mixing prompts
-    g_rows, m_rows = _grads_of_update(_updater(tiny_model_path, impl, shared_prompt_forward=False,
+    g_rows, m_rows = grads_of_update(make_updater(tiny_model_path, impl, shared_prompt_forward=False,
                                                micro_batch_tokens=40), batch)
-    g_shared, m_shared = _grads_of_update(_updater(tiny_model_path, impl, micro_batch_tokens=40), batch)
-    _assert_grads_close(g_shared, g_rows, rel=1e-5)
+    g_shared, m_shared = grads_of_update(make_updater(tiny_model_path, impl, micro_batch_tokens=40), batch)
+    assert_grads_close(g_shared, g_rows, rel=1e-5)
     assert float(m_shared["loss"]) == pytest.approx(float(m_rows["loss"]), rel=1e-5, abs=1e-7)
 
 
 def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_model_path):
     # group 0 all fail and group 2 all pass (A = 0): skipped; group 1 teaches
-    batch = build_train_batch(_groups([[0, 0, 0], [1, 0, 1, 0], [1, 1]], hinted=False), AdvantageConfig())
-    g_all, m_all = _grads_of_update(_updater(tiny_model_path, skip_zero_advantage=False), batch)
-    g_skip, m_skip = _grads_of_update(_updater(tiny_model_path), batch)
+    batch = build_train_batch(make_groups([[0, 0, 0], [1, 0, 1, 0], [1, 1]], hinted=False), AdvantageConfig())
+    g_all, m_all = grads_of_update(make_updater(tiny_model_path, skip_zero_advantage=False), batch)
+    g_skip, m_skip = grads_of_update(make_updater(tiny_model_path), batch)
     assert any(float(g.abs().max()) > 0 for g in g_all.values())
-    _assert_grads_close(g_skip, g_all, rel=1e-6)
+    assert_grads_close(g_skip, g_all, rel=1e-6)
     lens = batch.completion_lens
     expected = float(lens[[0, 1, 2, 7, 8]].sum() / lens.sum())
     assert float(m_skip["update/skipped_token_frac"]) == pytest.approx(expected)
@@ -127,11 +70,11 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_mode
 def test_a_batch_with_no_signal_still_steps_adam_like_zero_gradients(tiny_model_path):
     """Every group uniform: nothing is computed, yet AdamW's moments advance exactly as they would
     with the (all-zero) gradients of the full computation."""
-    first = build_train_batch(_groups([[1, 0, 1], [0, 1]], hinted=False), AdvantageConfig())
-    flat = build_train_batch(_groups([[0, 0, 0], [1, 1]], seed=1, hinted=False), AdvantageConfig())
+    first = build_train_batch(make_groups([[1, 0, 1], [0, 1]], hinted=False), AdvantageConfig())
+    flat = build_train_batch(make_groups([[0, 0, 0], [1, 1]], seed=1, hinted=False), AdvantageConfig())
     params = []
     for skip in (False, True):
-        upd = _updater(tiny_model_path, skip_zero_advantage=skip)
+        upd = make_updater(tiny_model_path, skip_zero_advantage=skip)
         upd.update(first, 0)
         metrics = upd.update(flat, 1)
         assert float(metrics["grad_norm"]) == 0.0
@@ -144,11 +87,11 @@ def test_step_without_signal_false_leaves_the_weights_alone_on_a_batch_with_no_s
     """After a step with a signal, AdamW's first moment moves the weights on an all-zero batch too
     (the default, as TRL and verl do); optim.step_without_signal=false skips that step exactly, and
     the next batch with a signal is stepped as usual."""
-    first = build_train_batch(_groups([[1, 0, 1], [0, 1]], hinted=False), AdvantageConfig())
-    flat = build_train_batch(_groups([[0, 0, 0], [1, 1]], seed=1, hinted=False), AdvantageConfig())
+    first = build_train_batch(make_groups([[1, 0, 1], [0, 1]], hinted=False), AdvantageConfig())
+    flat = build_train_batch(make_groups([[0, 0, 0], [1, 1]], seed=1, hinted=False), AdvantageConfig())
     moved = {}
     for step_anyway in (True, False):
-        upd = _updater(tiny_model_path)
+        upd = make_updater(tiny_model_path)
         upd.optim_cfg = OptimConfig(lr=1e-3, step_without_signal=step_anyway)
         assert not upd.signal_free(first) and upd.signal_free(flat)
         upd.update(first, 0)
@@ -165,12 +108,12 @@ def test_step_without_signal_false_leaves_the_weights_alone_on_a_batch_with_no_s
 
 
 def test_beta_or_entropy_bonus_turns_skipping_off(tiny_model_path):
-    upd = _updater(tiny_model_path)
+    upd = make_updater(tiny_model_path)
     assert upd.skip_zero_advantage
-    upd = PolicyUpdater(upd.model, upd.optimizer, upd.scheduler, LossConfig(entropy_coef=0.01), TrainerConfig(),
-                        OptimConfig(), temperature=1.0, max_new_tokens=16, pad_id=PAD)
+    upd = PolicyUpdater(upd.model, upd.optimizer, upd.scheduler, GRPOOptions(entropy_coef=0.01), TrainerConfig(),
+                        OptimConfig(), pad_id=PAD)
     assert not upd.skip_zero_advantage
-    batch = build_train_batch(_groups([[0, 0]], hinted=False), AdvantageConfig())
+    batch = build_train_batch(make_groups([[0, 0]], hinted=False), AdvantageConfig())
     assert upd.trainable(batch) == [0, 1]
 
 
@@ -194,8 +137,8 @@ def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, kind):
     whatever mu was. Sequences without a weighting get weight 1."""
     import dataclasses
 
-    upd = _updater(tiny_model_path)
-    groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    upd = make_updater(tiny_model_path)
+    groups = make_groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     hinted = groups[0].rollouts[-1]
     q = groups[0].prompt_ids
     with torch.no_grad():  # pi_old(y|q) from a plain forward, to build mu on both sides of the cap
@@ -245,10 +188,10 @@ def test_distill_is_the_forward_kl_to_the_detached_hinted_policy(tiny_model_path
     a teacher that takes gradient or the wrong contexts would each fail."""
     import dataclasses
 
-    upd = _updater(tiny_model_path)
+    upd = make_updater(tiny_model_path)
     coef = 0.7
     upd.model.double()  # finite differences in fp64
-    groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    groups = make_groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     hinted = groups[0].rollouts[-1]
     term = ExtraTerm("distill", coef, tuple(groups[0].prompt_ids))
     groups[0].rollouts[-1] = dataclasses.replace(hinted, origin="mentor", extra_terms=(term,))
@@ -294,8 +237,8 @@ def test_distill_off_leaves_the_update_unchanged(tiny_model_path):
     import dataclasses
 
     def run(coef):
-        upd = _updater(tiny_model_path)
-        groups = _groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+        upd = make_updater(tiny_model_path)
+        groups = make_groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
         terms = (ExtraTerm("distill", coef, tuple(groups[0].prompt_ids)),) if coef else ()
         groups[0].rollouts[-1] = dataclasses.replace(groups[0].rollouts[-1], origin="mentor", extra_terms=terms)
         metrics = upd.update(build_train_batch(groups, AdvantageConfig()), current_version=0)
@@ -306,3 +249,21 @@ def test_distill_off_leaves_the_update_unchanged(tiny_model_path):
     pulled, m1 = run(1.0)
     assert all(torch.equal(a, b) for a, b in zip(base, again)) and "mentor/distill_kl" not in m0
     assert float(m1["mentor/distill_kl"]) > 0 and any(not torch.equal(a, b) for a, b in zip(base, pulled))
+
+
+def test_per_micro_batch_aggregation_normalises_each_micro_batch(tiny_model_path):
+    """token_mean_micro (TRL's bnpo): each micro-batch is a token mean of its own, and the micro-batches
+    are averaged. In one micro-batch that is token_mean; in several of different token counts it is
+    not. The grouping matters, so no sequence may be skipped."""
+    batch = build_train_batch(make_groups([[0, 0, 0], [1, 0, 1, 0], [1, 0, 0]], hinted=False), AdvantageConfig())
+    micro = {"aggregation": "token_mean_micro"}
+    one = make_updater(tiny_model_path, loss=micro, micro_batch_tokens=4096)
+    assert not one.skip_zero_advantage and one.trainable(batch) == list(range(batch.num_seqs))
+    g_one, _ = grads_of_update(one, batch)
+    g_mean, _ = grads_of_update(make_updater(tiny_model_path), batch)
+    assert_grads_close(g_one, g_mean, rel=1e-5)
+    many = make_updater(tiny_model_path, loss=micro, micro_batch_tokens=40)
+    assert len(many._plan(batch, list(range(batch.num_seqs)))) > 1
+    g_many, _ = grads_of_update(many, batch)
+    name = "model.norm.weight"
+    assert float((g_many[name] - g_mean[name]).norm()) > 1e-3 * float(g_mean[name].norm())

@@ -15,7 +15,7 @@ from mentor_fast.config.mentor import (  # noqa: F401 - part of the schema, re-e
     RerollConfig,
     TriggerConfig,
 )
-from mentor_fast.kernels.enums import AdvEstimator, Aggregation, KLEstimator, LossType
+from mentor_fast.kernels.settings import AdvantageConfig, LossConfig
 
 MATH_SYSTEM_PROMPT = (
     "You are a careful math tutor. Solve the problem step by step, then give the final answer in \\boxed{}."
@@ -207,55 +207,6 @@ class RewardConfig:
     """What the functions get, as TRL's GRPOTrainer passes it for chat prompts: conversational
     (completions as [{"role": "assistant", "content": ...}], prompts as the chat's messages); string
     (plain completion and question texts, for functions written against that form)."""
-
-
-@dataclass
-class AdvantageConfig:
-    estimator: AdvEstimator = AdvEstimator.GRPO
-    """grpo: (r - mean)/(std + eps); dr_grpo: r - mean; batch: (r - group mean)/batch std; rloo:
-    G/(G - 1) (r - mean)."""
-    std_ddof: int = 1
-    """1: unbiased std (verl); 0: population std."""
-    eps: float = 1e-6
-    """Added to the std."""
-
-
-@dataclass
-class LossConfig:
-    impl: Literal["reference", "fused"] = "fused"
-    """reference: plain torch on materialised logits (the vanilla baseline); fused: the chunked
-    kernels in mentor_fast.kernels that never build [N, V] logits. Both compute the same objective
-    (kernels/objective.py)."""
-    type: LossType = LossType.CLIP
-    """The policy term per token: clip (PPO's clipped surrogate; TRL's grpo, dapo, bnpo and dr_grpo
-    are clip with an aggregation), gspo (the clip on the length-normalised sequence ratio), cispo
-    (REINFORCE with the ratio capped at cispo_cap and detached), sapo (a sigmoid gate on the ratio)."""
-    aggregation: Aggregation = Aggregation.TOKEN_MEAN
-    """How token losses are weighted (TRL's loss_type in brackets): token_mean over the optimizer
-    step's whole batch [dapo]; token_mean_micro per micro-batch [bnpo]; seq_mean_token_mean
-    (original GRPO) [grpo]; seq_mean_token_sum; constant = sum / (sequences * max_new_tokens)
-    [dr_grpo]. Encoded as per-token weights, so micro-batching never changes the gradient."""
-    eps_low: float = 0.2
-    """Lower clip: ratio >= 1 - eps_low (clip, gspo)."""
-    eps_high: float = 0.28
-    """Upper clip: ratio <= 1 + eps_high (DAPO clip-higher; clip, gspo)."""
-    dual_clip: float = 0.0
-    """Dual-clip constant c (> 1) for A < 0; 0 disables (clip, gspo)."""
-    cispo_cap: float = 5.0
-    """type=cispo: cap on the detached ratio (TRL's and Liger's epsilon_high for cispo)."""
-    sapo_tau_pos: float = 1.0
-    """type=sapo: temperature of the gate for tokens with A > 0."""
-    sapo_tau_neg: float = 1.05
-    """type=sapo: temperature of the gate for tokens with A <= 0."""
-    beta: float = 0.0
-    """KL coefficient against the frozen reference (needs model.ref_model)."""
-    kl_estimator: KLEstimator = KLEstimator.K3
-    """KL estimator for the penalty: k1 (logp - ref), k2 ((logp - ref)^2 / 2), k3 (exp(ref - logp) -
-    (ref - logp) - 1, not clamped, as in TRL and Liger)."""
-    entropy_coef: float = 0.0
-    """Entropy bonus coefficient (entropy is always logged)."""
-    is_cap: float = 0.0
-    """Truncated importance sampling cap on the trainer/sampler ratio (0 disables)."""
 
 
 @dataclass

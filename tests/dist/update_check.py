@@ -8,9 +8,10 @@ import json
 import sys
 
 import torch
+from mentor_fast.kernels import GRPOOptions
 
 from mentor_fast.algo.batch import build_train_batch
-from mentor_fast.config import AdvantageConfig, LossConfig, OptimConfig, RolloutConfig, TrainerConfig
+from mentor_fast.config import AdvantageConfig, OptimConfig, RolloutConfig, TrainerConfig
 from mentor_fast.data import PromptBuilder
 from mentor_fast.data.ladder import make_problem
 from mentor_fast.dist import Dist
@@ -28,7 +29,7 @@ tok = load_tokenizer(path)
 model = load_policy(path)
 engine = HFEngine(load_policy(path), tok, RolloutConfig())
 builder = PromptBuilder(tok, "", 256)
-import random  # noqa: E402
+import random
 
 problems = [make_problem(1 + i % 2, random.Random(i), f"p{i}") for i in range(4)]
 start, stop = dist.shard(len(problems))
@@ -52,8 +53,8 @@ batch = build_train_batch(groups, AdvantageConfig())
 policy = shard_policy(model, dist)
 optim_cfg = OptimConfig(lr=1e-4)
 optimizer, scheduler = build_optimizer(policy, optim_cfg, 10)
-updater = PolicyUpdater(policy, optimizer, scheduler, LossConfig(), TrainerConfig(micro_batch_tokens=64), optim_cfg,
-                        temperature=1.0, max_new_tokens=8, pad_id=tok.pad_token_id, dist=dist)
+updater = PolicyUpdater(policy, optimizer, scheduler, GRPOOptions(max_completion_len=8),
+                        TrainerConfig(micro_batch_tokens=64), optim_cfg, pad_id=tok.pad_token_id, dist=dist)
 out = updater.update(batch, 0)
 weights = {k: v.clone() for k, v in (FullWeights(policy).state_dict() if dist.enabled else model.state_dict()).items()}
 if dist.is_main:
