@@ -2,7 +2,7 @@
 the per-row work (log-softmax in place, log-probs, entropy) in vectorised torch.
 
 Why torch and not numba on CPU: measured 2x faster on the row work (AVX-512 exp), and the row work
-is <10% of a step (research/kernels.md section 4). Memory per chunk: the [C, V] fp32 buffer plus
+is under 10% of a step (docs/kernels.md). Memory per chunk: the [C, V] fp32 buffer plus
 at most a [64, V] block temporary; no other [C, V] tensor is allocated.
 
 K2 on this path never forms dz (unless the entropy bonus is on): with P = softmax(z/tau) in place,

@@ -1,4 +1,4 @@
-"""The GRPO objective per token, in plain torch: the specification (DESIGN.md section 4).
+"""The GRPO objective per token, in plain torch: the specification (docs/kernels.md, "The objective").
 
 `token_objective` is the one expression of the per-token math in the project: the ratio and its
 clamp, the policy term (a registry: clip with eps_low/eps_high and the dual clip, gspo's sequence

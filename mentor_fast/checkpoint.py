@@ -12,8 +12,7 @@ A run resumes on any number of ranks: the weights load whole and are sharded aga
 torch.distributed.checkpoint reshards the optimizer state. Writes are atomic: everything goes
 into a temporary folder, every file is fsynced, then rank 0 renames the folder into place after
 every rank has written. A checkpoint interrupted mid-write is never visible under its final name,
-so resume never reads half a file. Checkpoints written before the optimizer moved to optim/ (its
-state inside trainer_state.pt) still load on one rank.
+so resume never reads half a file.
 """
 
 from __future__ import annotations
@@ -114,17 +113,13 @@ def save_checkpoint(root: Path, step: int, *, policy, optimizer, tokenizer, stat
     return final
 
 
-def load_optimizer(ckpt: Path, policy, optimizer, legacy_state: dict[str, Any] | None, dist: Dist) -> None:
+def load_optimizer(ckpt: Path, policy, optimizer, dist: Dist) -> None:
     """AdamW's state from `ckpt` into `optimizer`, resharded to this run's ranks."""
     from torch.distributed.checkpoint import load as dcp_load
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
     if not (ckpt / "optim").is_dir():
-        if legacy_state is None or dist.enabled:
-            raise CheckpointError(f"{ckpt} has no optim/ folder (written before sharded checkpoints); "
-                                  "resume it on one rank")
-        optimizer.load_state_dict(legacy_state)
-        return
+        raise CheckpointError(f"{ckpt} has no optim/ folder: it is not a complete checkpoint")
     state = {"optim": get_optimizer_state_dict(policy, optimizer)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -132,10 +127,12 @@ def load_optimizer(ckpt: Path, policy, optimizer, legacy_state: dict[str, Any] |
     set_optimizer_state_dict(policy, optimizer, state["optim"])
 
 
-def load_rank_state(ckpt: Path, rank: int) -> dict[str, Any] | None:
-    """This rank's saved state, or None when the checkpoint was written by fewer ranks."""
+def load_rank_state(ckpt: Path, rank: int) -> dict[str, Any]:
+    """Rank `rank`'s saved state (RNGs, the update's generator, the method's hints in flight)."""
     path = ckpt / "ranks" / f"rank_{rank}.pt"
-    return torch.load(path, weights_only=False) if path.is_file() else None
+    if not path.is_file():
+        raise CheckpointError(f"{ckpt} has no {path.relative_to(ckpt)}: it is not a complete checkpoint")
+    return torch.load(path, weights_only=False)
 
 
 def saved_ranks(ckpt: Path) -> list[dict[str, Any]]:

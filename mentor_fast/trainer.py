@@ -1,4 +1,4 @@
-"""The trainer wires the stages; `step` reads like the pseudocode in research/algorithm.md 2.12:
+"""The trainer wires the stages; `step` reads as the algorithm does:
 
     rollout -> score -> method (MENTOR: diagnose, instruct, guard, re-roll, assemble)
             -> advantages -> GRPO update -> weight sync
@@ -197,15 +197,12 @@ class Trainer:
         streams do not depend on the ranks); each rank's update generator and RNGs start from
         rank 0's, and hints in flight go to the rank that now holds their group."""
         state = load_trainer_state(ckpt)
-        load_optimizer(ckpt, self.policy, self.optimizer, state.get("optimizer"), self.dist)
+        load_optimizer(ckpt, self.policy, self.optimizer, self.dist)
         self.scheduler.load_state_dict(state["scheduler"])
         self.start_step = state["step"]
         self.version = state["policy_version"]
         same = state.get("world_size", 1) == self.dist.world_size
         mine = load_rank_state(ckpt, self.dist.rank if same else 0)
-        if mine is None:  # written before checkpoints had per-rank parts
-            mine = {"update_generator": state["update_generator"], "rng": state["rng"],
-                    "method": state.get("method", state.get("mentor"))}  # "mentor": before the plug-in
         self.updater.generator.set_state(mine["update_generator"])
         set_rng_state(mine["rng"])
         if not same:

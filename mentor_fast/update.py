@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import torch
 
@@ -181,7 +182,9 @@ class PolicyUpdater:
         """
         dist = self.dist
         if not self.optim_cfg.step_without_signal and not dist.any(not self.signal_free(batch)):
-            self.scheduler.step()  # the schedule follows trainer steps, taken or not
+            with warnings.catch_warnings():  # torch's "scheduler before optimizer" warning: skipping is the intent
+                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+                self.scheduler.step()  # the schedule follows trainer steps, taken or not
             return {"loss": torch.zeros(()), "grad_norm": torch.zeros(()),
                     "lr": torch.tensor(self.scheduler.get_last_lr()[0]), "timing_s/old_logprob": 0.0,
                     "update/skipped_token_frac": torch.tensor(1.0), "update/optimizer_skipped": torch.tensor(1.0)}
@@ -316,7 +319,7 @@ class PolicyUpdater:
         w, adv, sampler, old = (t.to(device=device, dtype=torch.float32) for t in (w, adv, sampler, old))
         is_w = is_w.to(device) if is_w is not None else None
         # fp32 logits inside the op, whatever the operands: bf16 logits put a 3-6% error into the
-        # ratio (research/kernels.md)
+        # ratio (docs/kernels.md#numerics)
         with torch.autocast(device.type, enabled=False):
             out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
                             seq_ids=mb.seq_index, options=self.options, backend=self.backend)

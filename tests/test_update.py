@@ -11,6 +11,8 @@ changes them at the 1e-1 level.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from helpers import PAD, assert_grads_close, grads_of_update, make_groups, make_updater
@@ -105,6 +107,18 @@ def test_step_without_signal_false_leaves_the_weights_alone_on_a_batch_with_no_s
         assert float(again["update/optimizer_skipped"]) == 0.0 and float(again["grad_norm"]) > 0
     assert moved[True] > 1e-5  # momentum alone moved the weights
     assert moved[False] == 0.0
+
+
+def test_a_skipped_first_step_does_not_warn_about_the_schedule(tiny_model_path):
+    # a collapsed run's first batch has no signal: the schedule advances without an optimizer step,
+    # on purpose, and torch's warning about that order would only confuse the user
+    flat = build_train_batch(make_groups([[0, 0, 0], [1, 1]], hinted=False), AdvantageConfig())
+    upd = make_updater(tiny_model_path)
+    upd.optim_cfg = OptimConfig(lr=1e-3, step_without_signal=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert float(upd.update(flat, 0)["update/optimizer_skipped"]) == 1.0
+    assert not [w for w in seen if "lr_scheduler" in str(w.message)], [str(w.message) for w in seen]
 
 
 def test_beta_or_entropy_bonus_turns_skipping_off(tiny_model_path):

@@ -1,4 +1,4 @@
-"""Group-relative advantages for a TrainBatch (DESIGN.md section 4), through the kernels' K0.
+"""Group-relative advantages for a TrainBatch, through the kernels' K0.
 
 The estimators themselves (grpo, dr_grpo, batch, rloo) are one registry in mentor_fast.kernels
 (kernels/advantages.py): this is the trainer's entry point, configured by `advantage.*`. A group

@@ -1,4 +1,4 @@
-"""How mentor re-rolls enter the batch (`mentor.loss.mode`, research/algorithm.md 2.9).
+"""How mentor re-rolls enter the batch (`mentor.loss.mode`; docs/mentor.md).
 
 A registry keyed by `LossMode`; each entry turns one all-fail group plus its re-rolls into the
 group that goes into the loss:
@@ -12,12 +12,11 @@ group that goes into the loss:
   the hint (`prompt_ids` = q; `behaviour_prompt_ids` keeps q + h, under which it was sampled). The
   update weighs each of its tokens by min(pi_old(y_t | q) / mu(y_t | q + h), mentor.loss.transfer_is_cap),
   so tokens the hint made likely (a copied intermediate result) count for little, and tokens the
-  policy would write anyway count fully (Guide-GRPO's re-weighting toward the no-hint context;
-  research/algorithm.md 2.9, mode X).
+  policy would write anyway count fully (Guide-GRPO's re-weighting toward the no-hint context).
 - shaping: placed as in transfer (trained under q), but without the importance weight, which is near
   0 on exactly the tokens the hint supplied. Each token is weighed so that its gradient is that of
-  LUFFY's shaped objective -A f(pi(y_t | q)), f(p) = p / (p + gamma) (research/algorithm.md 2.9,
-  mode S): the update multiplies its clipped term by gamma p / (p + gamma)^2, p = pi_old(y_t | q)
+  LUFFY's shaped objective -A f(pi(y_t | q)), f(p) = p / (p + gamma) (LUFFY, arXiv 2504.14945):
+  the update multiplies its clipped term by gamma p / (p + gamma)^2, p = pi_old(y_t | q)
   (`mentor.loss.shaping_gamma`). At the first gradient step on a batch the ratio is 1 and this gradient
   is LUFFY's exactly; with more PPO epochs or mini-batches the usual clip applies on top.
 

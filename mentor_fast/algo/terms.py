@@ -5,7 +5,7 @@ context)`); the update calls the registry entry for each kind once per mini-batc
 sequences that carry it, and knows nothing else about them. Each entry backpropagates its own
 term and returns its metrics as {name: (sum, count)}, reported as sum / count.
 
-- distill (MENTOR's self-distillation, research/algorithm.md 2.9 mode D): a re-roll y sampled
+- distill (MENTOR's self-distillation, `mentor.loss.distill_coef`): a re-roll y sampled
   under the hinted prompt q + h pulls the bare prompt q (`context`) toward the hinted policy on
   y's prefixes, coef * sum_t KL(pi(.|q + h, y<t) || pi(.|q, y<t)) over the whole vocabulary, the
   teacher (q + h) detached, divided by the mini-batch's completion tokens like the policy loss.

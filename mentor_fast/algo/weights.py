@@ -7,7 +7,7 @@ their loss mode); the update computes the weights here, for any method, without 
   of every rollout is truncated_is with `loss.is_cap` (0: no correction).
 - shaping (param: gamma): gamma p / (p + gamma)^2 with p = pi_old, whatever mu was. At ratio 1 the
   clipped term's gradient times this weight is the gradient of LUFFY's shaped objective
-  -A f(pi), f(p) = p / (p + gamma) (research/algorithm.md 2.9, mode S; tests/test_objective.py).
+  -A f(pi), f(p) = p / (p + gamma) (LUFFY, arXiv 2504.14945; tests/test_objective.py).
 """
 
 from __future__ import annotations

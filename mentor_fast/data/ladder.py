@@ -140,8 +140,8 @@ def solve(e: Expr) -> tuple[int, list[str]]:
 
 def make_problem(level: int, rng: random.Random, problem_id: str | None = None, max_digits: int = 0) -> Problem:
     """One ladder problem of `level` drawn from `rng` (resampled until no step goes below 0).
-    `max_digits` > 0 caps every operand's digit count (the shape is kept; 0 draws the same
-    problems as before the cap existed)."""
+    `max_digits` > 0 caps every operand's digit count and keeps the level's shape; 0 draws from the
+    level's own ranges."""
     if level not in _SHAPES:
         raise ValueError(f"ladder level must be one of {list(LEVELS)}, got {level}")
     if max_digits < 0:
