@@ -137,6 +137,10 @@ class LossConfig:
     entropy_coef: float = 0.0
     """Entropy bonus coefficient: loss -= entropy_coef * sum_t w_t H_t (the entropy is always
     logged)."""
+    mask_truncated: bool = False
+    """Leave completions cut at rollout.max_new_tokens out of the loss (DAPO's overlong filtering,
+    TRL's mask_truncated_completions): their tokens get weight 0 and leave the aggregation's
+    normaliser. Their rewards still count in their group's advantages."""
     is_cap: Annotated[float, Range(ge=0)] = 0.0
     """Truncated importance sampling on the trainer/sampler mismatch: each token's policy term is
     weighted by min(pi_old / mu, is_cap), mu the sampler's probability (algo/weights.py); 0

@@ -189,6 +189,8 @@ class PolicyUpdater:
                     "lr": torch.tensor(self.scheduler.get_last_lr()[0]), "timing_s/old_logprob": 0.0,
                     "update/skipped_token_frac": torch.tensor(1.0), "update/optimizer_skipped": torch.tensor(1.0)}
         t0 = time.perf_counter()
+        in_loss = self.in_loss(batch)
+        loss_lens = batch.completion_lens * in_loss
         computed = set(self.trainable(batch))
         old_logp = None
         if self.trainer_cfg.ppo_epochs > 1 or self.trainer_cfg.mini_batches > 1:
@@ -210,8 +212,8 @@ class PolicyUpdater:
             minis += [[] for _ in range(self._most(len(minis)) - len(minis))]  # the same steps on every rank
             for mini in minis:
                 # the weights see the whole mini-batch over every rank, skipped sequences included
-                lens = batch.completion_lens[mini]
-                seq_w = self._global_weights(lens)
+                lens = loss_lens[mini]
+                seq_w = self._global_weights(lens) * in_loss[mini]
                 weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
                 plans = self._plan(batch, [i for i in mini if i in computed])
                 passes = self._most(len(plans))
@@ -219,7 +221,8 @@ class PolicyUpdater:
                 for k in range(passes):
                     self._set_sync(sync_each or k == passes - 1)
                     if k < len(plans):
-                        _accumulate(sums, self._micro_step(batch, plans[k], weight_of, old_logp, stale, num_micro))
+                        _accumulate(sums, self._micro_step(batch, plans[k], weight_of, old_logp, stale, num_micro,
+                                                           in_loss))
                     else:
                         self._idle(grad=True)
                 norm = float(dist.sum([float(lens.sum())])[0])
@@ -242,6 +245,9 @@ class PolicyUpdater:
         out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
         out["update/skipped_token_frac"] = torch.tensor(skipped / total if total else 0.0)
         out["update/optimizer_skipped"] = torch.tensor(0.0)
+        if self.options.mask_truncated:
+            masked, seqs = (float(x) for x in dist.sum([float((~in_loss).sum()), float(batch.num_seqs)]))
+            out["update/masked_truncated_frac"] = torch.tensor(masked / seqs if seqs else 0.0)
         out["timing_s/old_logprob"] = old_s
         return out
 
@@ -287,18 +293,28 @@ class PolicyUpdater:
         return (cfg.beta == 0 and cfg.entropy_coef == 0 and not bool(batch.advantages.ne(0).any())
                 and not any(r.extra_terms for r in batch.rollouts))
 
+    def in_loss(self, batch: TrainBatch) -> torch.Tensor:
+        """[S] bool: the sequences whose tokens are in the policy loss (all but, with
+        loss.mask_truncated, the completions cut at the length limit)."""
+        if not self.options.mask_truncated:
+            return torch.ones(batch.num_seqs, dtype=torch.bool)
+        return torch.tensor([not r.truncated for r in batch.rollouts], dtype=torch.bool)
+
     def trainable(self, batch: TrainBatch) -> list[int]:
         """The sequences whose forward/backward can change the update (see the module docstring)."""
         if not self.skip_zero_advantage:
             return list(range(batch.num_seqs))
-        return [i for i in range(batch.num_seqs) if float(batch.advantages[i]) != 0.0]
+        in_loss = self.in_loss(batch)
+        return [i for i in range(batch.num_seqs) if float(batch.advantages[i]) != 0.0 and in_loss[i]]
 
-    def _micro_step(self, batch, plan, weight_of, old_logp, stale, num_micro):
+    def _micro_step(self, batch, plan, weight_of, old_logp, stale, num_micro, in_loss):
         mb, weight = self._hidden(None, batch, plan)
         device = mb.hidden.device
         lens = batch.completion_lens[plan]
         if self.aggregation.per_micro_batch:  # e.g. TRL's bnpo: this micro-batch's own normaliser
-            seq_w = sequence_weights(lens, self.options.aggregation, self.options.max_completion_len) / num_micro
+            kept = in_loss[plan]
+            seq_w = sequence_weights(lens * kept, self.options.aggregation,
+                                     self.options.max_completion_len) * kept / num_micro
         else:
             seq_w = torch.tensor([weight_of[i] for i in plan], dtype=torch.float64)
         w = torch.repeat_interleave(seq_w, lens)

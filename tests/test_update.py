@@ -281,3 +281,37 @@ def test_per_micro_batch_aggregation_normalises_each_micro_batch(tiny_model_path
     g_many, _ = grads_of_update(many, batch)
     name = "model.norm.weight"
     assert float((g_many[name] - g_mean[name]).norm()) > 1e-3 * float(g_mean[name].norm())
+
+
+def _truncate(groups, which):
+    """Marks the rollouts at (group, index) as cut at the length limit."""
+    for g, k in which:
+        groups[g].rollouts[k].finish_reason = "length"
+    return groups
+
+
+def test_mask_truncated_gives_a_truncated_sequence_no_gradient(tiny_model_path):
+    # group 1's only success and one failure are truncated; group 0 has no signal: with the mask,
+    # nothing that teaches is left, and the gradient is exactly zero
+    groups = _truncate(make_groups([[0, 0], [1, 0, 0]], hinted=False), [(1, 0), (1, 1), (1, 2)])
+    batch = build_train_batch(groups, AdvantageConfig())
+    masked = make_updater(tiny_model_path, loss={"mask_truncated": True}, skip_zero_advantage=False)
+    assert masked.in_loss(batch).tolist() == [True, True, False, False, False]
+    g_masked, m = grads_of_update(masked, batch)
+    assert all(float(g.abs().max()) == 0.0 for g in g_masked.values())
+    assert float(m["update/masked_truncated_frac"]) == pytest.approx(3 / 5)
+    g_plain, _ = grads_of_update(make_updater(tiny_model_path), batch)
+    assert any(float(g.abs().max()) > 0 for g in g_plain.values())
+
+
+def test_mask_truncated_takes_the_masked_tokens_out_of_the_normaliser(tiny_model_path):
+    # token_mean with the mask: the kept sequences' tokens are weighted 1 / (kept tokens); without it
+    # (and with the truncated sequences' advantages set to 0 so that they add nothing), 1 / (all tokens)
+    groups = _truncate(make_groups([[1, 0, 0, 1], [0, 1, 1]], hinted=False), [(0, 1), (1, 2)])
+    batch = build_train_batch(groups, AdvantageConfig())
+    g_masked, _ = grads_of_update(make_updater(tiny_model_path, loss={"mask_truncated": True}), batch)
+    kept = torch.tensor([not r.truncated for r in batch.rollouts])
+    batch.advantages = batch.advantages * kept
+    g_zeroed, _ = grads_of_update(make_updater(tiny_model_path), batch)
+    scale = float(batch.completion_lens.sum()) / float(batch.completion_lens[kept].sum())
+    assert_grads_close(g_masked, {n: g * scale for n, g in g_zeroed.items()}, rel=1e-5)
