@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from mentor_fast.mentor import Mentor
+from mentor_fast.mentor import Intervention, Mentor, Rerolls, assemble_rescues
+from mentor_fast.mentor.report import dump_row
 from mentor_fast.mentor.testing import (
     HEADER,
     CharPromptBuilder,
@@ -19,7 +20,7 @@ from mentor_fast.mentor.testing import (
     scripted_generate,
 )
 from mentor_fast.rollout.base import SamplingParams
-from mentor_fast.types import Problem
+from mentor_fast.types import Hint, Problem
 
 G = 4
 PARAMS = SamplingParams(n=G, max_new_tokens=32, seed=5)
@@ -329,3 +330,30 @@ def test_cut_rerolls_are_dropped_unscored_and_counted():
     assert after[ivs[0].group.group_id].all_fail and after[ivs[1].group.group_id].num_correct == 1
     assert all(r.finish_reason != "cut" for g in out.groups for r in g.rollouts)
     assert [row["rerolls_cut"] for row in out.dump_rows] == [3, 1]
+
+
+def test_rerolls_and_assembly_serve_hints_that_no_diagnoser_wrote():
+    """What a static-hint method (hints from the data, Scaf-GRPO style) reuses beside MENTOR:
+    re-roll rounds under prompt + hint, escalating to its own next hint, and the assembly of the
+    rescued groups. No case, no diagnosis, no guard."""
+    cfg = mentor_config("reroll.count=2", "reroll.max_rounds=2")
+    groups = batch("FFA")
+    static = {1: "Look again.", 2: "Plan: add, then subtract."}
+    ivs = [Intervention(g, 0, 1, hint=Hint(static[1], 1)) for g in groups[:2]]
+
+    def escalate(failed):
+        for iv in failed:
+            iv.level += 1
+            iv.hint = Hint(static[iv.level], iv.level)
+        return failed
+
+    builder = CharPromptBuilder()
+    rerolls = Rerolls(cfg.reroll, cfg.loss.mode, builder, builder.tokenizer.decode)
+    rerolls.run(ivs, scripted_generate(with_hint(lambda h: h.startswith("Plan"))), exact_score, PARAMS, escalate)
+    assert [(iv.rescued, iv.rescue_level, [h.level for h in iv.hints]) for iv in ivs] == [(True, 2, [1, 2])] * 2
+    out = assemble_rescues(groups, ivs, cfg.loss, seed=0)
+    assert [g.num_correct for g in out] == [1, 1, G] and out[2] is groups[2]
+    for g in out[:2]:
+        [r] = [r for r in g.rollouts if r.origin == "mentor"]
+        assert r.hint.text == static[2] and static[2] in "".join(map(chr, r.prompt_ids))
+    assert all(dump_row(iv)["attempts"] == [] and dump_row(iv)["rescued"] for iv in ivs)
