@@ -49,10 +49,10 @@ def test_tiny_run_with_mentor_logs_its_metrics(tmp_path, schedule):
 
 
 def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
-    """Async MENTOR across a restart: the hints in flight, their step's plan (all-fail fraction,
-    collapse and surge flags) and the backend's counts are in the checkpoint, so every resumed row
-    equals the uninterrupted run's, timings aside (the first resumed step once logged
-    mentor/all_fail_frac, collapse_event and surge_active as 0)."""
+    """Deferred MENTOR across a restart: the hints in flight, their step's plan (all-fail fraction,
+    collapse and surge flags: without it the first resumed step would log them as 0) and the
+    backend's counts are in the checkpoint, so every resumed row equals the uninterrupted run's,
+    timings aside."""
     over = ["mentor.enable=true", "mentor.reroll.schedule=next_step_extra_rows", "mentor.reroll.count=2",
             "trainer.tensorboard=false"]
     full, part = tmp_path / "full", tmp_path / "part"
