@@ -5,7 +5,7 @@ import typing
 from pathlib import Path
 
 from mentor_fast.config import schema
-from mentor_fast.config.reference import _field_docs, render
+from mentor_fast.config.reference import _field_docs, _sections, render
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
@@ -17,10 +17,8 @@ def test_reference_page_is_up_to_date():
 
 def test_every_key_has_a_docstring():
     missing = []
-    for name in dir(schema):
-        cls = getattr(schema, name)
-        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
-            hints, docs = typing.get_type_hints(cls), _field_docs(cls)
-            missing += [f"{name}.{f.name}" for f in dataclasses.fields(cls)
-                        if not dataclasses.is_dataclass(hints[f.name]) and not docs.get(f.name)]
+    for name, cls in _sections(schema.RunConfig, ""):
+        hints, docs = typing.get_type_hints(cls), _field_docs(cls)
+        missing += [f"{name}.{f.name}" for f in dataclasses.fields(cls)
+                    if not dataclasses.is_dataclass(hints[f.name]) and not docs.get(f.name)]
     assert not missing, missing

@@ -70,7 +70,7 @@ def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
 
 def test_reroll_horizon_applies_only_to_rows_riding_in_the_next_steps_call_on_hf():
     riding = "mentor.reroll.horizon cuts the re-rolls riding in the next step's generate call"
-    for over, msg in [(["mentor.reroll.horizon=0.5"], "must be 0 \\(off\\) or >= 1"),
+    for over, msg in [(["mentor.reroll.horizon=0.5"], "mentor.reroll.horizon: 0.5 is out of range: it must be 0 or >= 1"),
                       (["rollout.engine=vllm"], riding),
                       (["mentor.reroll.schedule=in_step"], riding),
                       (["mentor.reroll.schedule=during_update", "rollout.engine=vllm",

@@ -4,32 +4,33 @@ who writes the hints, how the policy re-tries, and how a rescued group enters th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 from mentor_fast.compat import StrEnum
+from mentor_fast.kernels.settings import Range
 
 
 @dataclass
 class TriggerConfig:
     """When MENTOR steps in, for how many groups, and at which hint level (mentor/scheduler.py)."""
 
-    max_groups_frac: float = 0.5
+    max_groups_frac: Annotated[float, Range(ge=0, le=1)] = 0.5
     """Share of a step's groups the mentor may take (all-fail groups only)."""
-    surge_groups_frac: float = 1.0
+    surge_groups_frac: Annotated[float, Range(ge=0, le=1)] = 1.0
     """Share allowed while a collapse surge is open."""
-    surge_steps: int = 10
+    surge_steps: Annotated[int, Range(ge=0)] = 10
     """How long a surge stays open after a collapse event."""
-    collapse_delta: float = 0.2
+    collapse_delta: Annotated[float, Range(ge=0)] = 0.2
     """A collapse event: the all-fail fraction exceeds its EMA by more than this ..."""
-    collapse_abs: float = 0.6
+    collapse_abs: Annotated[float, Range(ge=0, le=1)] = 0.6
     """... or the all-fail fraction exceeds this ..."""
-    collapse_patience: int = 1
+    collapse_patience: Annotated[int, Range(ge=1)] = 1
     """... for this many consecutive steps."""
-    ema: float = 0.8
+    ema: Annotated[float, Range(ge=0, lt=1)] = 0.8
     """EMA decay of the all-fail fraction."""
-    exempt_steps: int = 0
+    exempt_steps: Annotated[int, Range(ge=0)] = 0
     """No interventions before this step unless a collapse surge is open."""
-    start_level: int = 1
+    start_level: Annotated[int, Range(ge=1, le=3)] = 1
     """First hint level (1 conceptual pointer, 2 plan, 3 concrete first step); a problem a hint has
     rescued starts one level lower next time."""
 
@@ -51,19 +52,19 @@ class AgentsConfig:
     """worked_solutions: deterministic, from the data's worked solutions (no LLM); self: the policy through
     the rollout engine; local: a second local model (`model_path`); openai: an OpenAI-compatible
     endpoint (`base_url`, `model`)."""
-    timeout_s: float = 60.0
+    timeout_s: Annotated[float, Range(gt=0)] = 60.0
     """Time limit of a step's hint writing; a group past it gets no hint, counted."""
     fused_call: bool = True
     """LLM backends: diagnose and instruct in one call."""
-    temperature: float = 0.7
+    temperature: Annotated[float, Range(ge=0)] = 0.7
     """LLM backends: sampling temperature of the mentor (0 = greedy)."""
-    max_tokens: int = 512
+    max_tokens: Annotated[int, Range(ge=1)] = 512
     """LLM backends: token limit of a diagnosis."""
-    hint_max_tokens: int = 256
+    hint_max_tokens: Annotated[int, Range(ge=1)] = 256
     """LLM backends: token limit of one hint."""
-    attempts: int = 3
+    attempts: Annotated[int, Range(ge=1)] = 3
     """Failed attempts shown to the diagnoser (chosen to cover distinct final answers)."""
-    attempt_chars: int = 1200
+    attempt_chars: Annotated[int, Range(ge=2)] = 1200
     """Each attempt is cut to this many characters (head + tail)."""
     model_path: str = ""
     """backend=local: a local HF model folder (or a built-in model name)."""
@@ -73,9 +74,9 @@ class AgentsConfig:
     """backend=openai: the served model's name."""
     api_key_env: str = "OPENAI_API_KEY"
     """backend=openai: environment variable holding the key (may be unset for local servers)."""
-    retries: int = 1
+    retries: Annotated[int, Range(ge=0)] = 1
     """backend=openai: retries per call (transient errors only)."""
-    concurrency: int = 4
+    concurrency: Annotated[int, Range(ge=1)] = 4
     """backend=openai: concurrent requests."""
 
 
@@ -92,11 +93,11 @@ class RerollSchedule(StrEnum):
 class RerollConfig:
     """How and when the policy re-tries a hinted group (mentor/rerolls.py, mentor/method.py)."""
 
-    count: int = 4
+    count: Annotated[int, Range(ge=1)] = 4
     """M: re-rolls per hinted group per round (loss.mode=group uses G)."""
-    max_rounds: int = 2
+    max_rounds: Annotated[int, Range(ge=1)] = 2
     """Rounds; a group with no success after a round is re-hinted one level higher."""
-    max_staleness: int = 1
+    max_staleness: Annotated[int, Range(ge=0)] = 1
     """Hints written beside an update are dropped when their failed rollouts are more than this many
     policy versions old (mentor/stale_dropped)."""
     schedule: RerollSchedule = RerollSchedule.NEXT_STEP_EXTRA_ROWS
@@ -112,7 +113,7 @@ class RerollConfig:
     runs, by the policy before it (one version off-policy, within max_staleness, corrected by
     loss.is_cap), for an engine on GPUs of its own (rollout.engine=vllm, vllm_sleep_level=0).
     Later rounds (max_rounds > 1) run in calls of their own: within t for in_step, at t+1 else."""
-    horizon: float = 0.0
+    horizon: Annotated[float, Range(ge=1, also=(0,))] = 0.0
     """schedule=next_step_*, HF engine: a riding re-roll still running when the call's initial
     rollouts have all ended may decode up to this many times the longest of them, then is cut and
     dropped (mentor/rerolls_cut). 0: off; else >= 1. Cuts bias the re-rolls that count toward short
@@ -127,13 +128,13 @@ class MentorLossConfig:
     """replace: successful re-rolls replace failures of the group, trained under q + hint; group: the
     group is re-rolled under q + hint; transfer: as replace, trained under q with truncated IS
     (transfer_is_cap); shaping: as transfer, with LUFFY's shaping weight instead (shaping_gamma)."""
-    max_replace: int = 1
+    max_replace: Annotated[int, Range(ge=1)] = 1
     """Successful re-rolls inserted per rescued group (replace, transfer, shaping)."""
-    transfer_is_cap: float = 1.0
+    transfer_is_cap: Annotated[float, Range(gt=0)] = 1.0
     """mode=transfer: cap on each token's weight pi_old(y|q) / mu(y|q + hint)."""
-    shaping_gamma: float = 0.1
+    shaping_gamma: Annotated[float, Range(gt=0)] = 0.1
     """mode=shaping: gamma of f(p) = p / (p + gamma); a token's weight is gamma p / (p + gamma)^2."""
-    distill_coef: float = 0.0
+    distill_coef: Annotated[float, Range(ge=0)] = 0.0
     """lambda of self-distillation: each inserted re-roll also pulls the bare prompt's next-token
     distribution toward the hinted one along its tokens (forward KL; 0: off). Any mode but group."""
 

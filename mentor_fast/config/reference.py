@@ -15,16 +15,19 @@ import typing
 
 from mentor_fast.config import schema
 from mentor_fast.config.loader import REMOVED, RENAMED, _public_name
+from mentor_fast.kernels.settings import field_range
 
 HEADER = """# Configuration reference
 
-Generated from `mentor_fast/config/schema.py` (and `config/mentor.py`) by `python -m mentor_fast.config.reference`; do not
-edit by hand (`tests/test_config_reference.py` fails when this page and the schema disagree).
+Generated from the schema (`mentor_fast/config/schema.py`, `config/mentor.py` and
+`kernels/settings.py`) by `python -m mentor_fast.config.reference`; do not edit by hand
+(`tests/test_config_reference.py` fails when this page and the schema disagree).
 
 A run's configuration is one tree. YAML files (`--config`, later files win) set any subset of it,
 and `key.sub=value` arguments come last: `mentor-fast train --config configs/demo_cpu.yaml
-mentor.reroll.count=2`. An unknown key, a wrong type or a value outside its choices stops the run
-before anything loads, naming the key. The resolved tree is saved as `OUTPUT_DIR/config.yaml`.
+mentor.reroll.count=2`. An unknown key, a wrong type, a value outside its choices or a number
+outside its range (shown after the type: `[a, b)` includes a, excludes b) stops the run before
+anything loads, naming the key. The resolved tree is saved as `OUTPUT_DIR/config.yaml`.
 """
 
 
@@ -42,13 +45,19 @@ def _field_docs(cls: type) -> dict[str, str]:
 
 
 def _type_name(tp) -> str:
+    tp, rng = field_range(tp)
+    name = _bare_type_name(tp)
+    return f"{name}, {rng}" if rng is not None else name
+
+
+def _bare_type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" for a in typing.get_args(tp))
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return " \\| ".join(f"`{e.value}`" for e in tp)
     if origin is list:
-        return f"list[{_type_name(typing.get_args(tp)[0])}]"
+        return f"list[{_bare_type_name(typing.get_args(tp)[0])}]"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -65,7 +74,7 @@ def _default(value) -> str:
 def _sections(cls: type, prefix: str):
     """(dotted section name, its dataclass) for `cls` and every nested config, depth first."""
     yield prefix, cls
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):
             yield from _sections(hints[f.name], f"{prefix}.{_public_name(f.name)}" if prefix else _public_name(f.name))
@@ -74,7 +83,7 @@ def _sections(cls: type, prefix: str):
 def render() -> str:
     out = [HEADER]
     for name, cls in _sections(schema.RunConfig, ""):
-        hints, docs, instance = typing.get_type_hints(cls), _field_docs(cls), cls()
+        hints, docs, instance = typing.get_type_hints(cls, include_extras=True), _field_docs(cls), cls()
         rows = []
         for f in dataclasses.fields(cls):
             if dataclasses.is_dataclass(hints[f.name]):

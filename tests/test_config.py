@@ -1,0 +1,77 @@
+"""Config values outside their range stop the run before anything loads, with one line that names
+the key, the value and the range; every numeric field declares its range (or says it has none)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import typing
+
+import pytest
+from conftest import REPO
+from mentor_fast.kernels.settings import check_ranges, field_range
+
+from mentor_fast.config import ConfigError, RunConfig, load_config
+
+TINY = "configs/tiny_test.yaml"
+# Numeric fields that take any value: a negative entropy bonus is an entropy penalty, and a negative
+# reward weight turns a reward function into a penalty.
+ANY_VALUE = {"loss.entropy_coef", "reward.weights"}
+
+
+def _numeric_fields(cls=RunConfig, prefix=""):
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        tp, rng = field_range(hints[f.name])
+        key = prefix + f.name.rstrip("_")
+        if dataclasses.is_dataclass(tp):
+            yield from _numeric_fields(tp, key + ".")
+        elif tp in (int, float) or typing.get_args(tp) in ((int,), (float,)):
+            yield key, rng
+
+
+def test_every_numeric_field_declares_its_range_and_the_defaults_are_inside():
+    unchecked = sorted(key for key, rng in _numeric_fields() if rng is None and key not in ANY_VALUE)
+    assert not unchecked, f"numeric fields without a Range: {unchecked}"
+    check_ranges(RunConfig())
+
+
+@pytest.mark.parametrize("override,says", [
+    ("optim.lr=-1", "optim.lr: -1.0 is out of range: it must be >= 0"),
+    ("loss.eps_low=2", "loss.eps_low: 2.0 is out of range: it must be in [0, 1)"),
+    ("optim.betas=[0.9,1.0]", "optim.betas[1]: 1.0 is out of range: it must be in [0, 1)"),
+    ("loss.dual_clip=0.5", "loss.dual_clip: 0.5 is out of range: it must be 0 or > 1"),
+    ("rollout.num_generations=1", "rollout.num_generations: 1 is out of range: it must be >= 2"),
+    ("mentor.trigger.start_level=4", "mentor.trigger.start_level: 4 is out of range: it must be in [1, 3]"),
+])
+def test_a_value_out_of_range_names_key_value_and_range(override, says):
+    with pytest.raises(ConfigError) as e:
+        load_config([TINY], [override])
+    assert str(e.value) == says
+
+
+def test_a_yaml_file_with_a_value_out_of_range_names_the_file_too(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("loss:\n  eps_high: -0.1\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: loss.eps_high: -0.1 is out of range: it must be >= 0"):
+        load_config([bad])
+
+
+def test_an_llm_mentor_without_its_model_is_refused_at_load():
+    with pytest.raises(ConfigError, match="mentor.agents.backend=openai needs mentor.agents.model"):
+        load_config([TINY], ["mentor.enable=true", "mentor.agents.backend=openai"])
+    with pytest.raises(ConfigError, match="mentor.agents.backend=local needs mentor.agents.model_path"):
+        load_config([TINY], ["mentor.enable=true", "mentor.agents.backend=local"])
+    cfg = load_config([TINY], ["mentor.enable=true", "mentor.agents.backend=openai", "mentor.agents.model=m"])
+    assert cfg.mentor.agents.model == "m"
+
+
+@pytest.mark.parametrize("override", ["optim.lr=-1", "loss.eps_low=2", "mentor.enable=true mentor.agents.backend=openai"])
+def test_the_cli_prints_one_line_and_no_traceback(override):
+    proc = subprocess.run([sys.executable, "-m", "mentor_fast", "train", "--config", TINY, *override.split()],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
