@@ -72,8 +72,9 @@ def test_a_forged_verdict_on_inherited_descriptors_never_passes():
     assert statuses.pop("control") == ("passed", "passed")
     for name in ("spray_0_1023_then_exit", "spray_then_serve_as_usual", "spray_inside_the_call"):
         assert statuses[name] == ("forged_output", "forged_output"), (name, results[name])
-    # as uid 65534 it cannot even reopen its pipes (root's) by path; it exits without an answer
-    assert statuses["proc_self_fd_paths"] == ("crashed", "crashed")
+    # as uid 65534 (host root) it cannot even reopen its pipes by path and exits without an answer;
+    # in a user namespace it reopens them and forges
+    assert set(statuses["proc_self_fd_paths"]) <= {"crashed", "forged_output"}
     # dup2 over the channel's fds: the checker's requests go nowhere, its answers never come
     assert set(statuses["dup2_a_fake_onto_every_fd"]) <= {"forged_output", "crashed", "channel_closed", "timeout"}
     assert "PASSED" in results["spray_0_1023_then_exit"][0].stdout  # it reached stdout, where it means nothing
@@ -268,9 +269,12 @@ SIGNALS_AND_PTRACE = {
 def test_signals_and_ptrace_reach_neither_the_checker_nor_the_trainer():
     before = judge.ZYGOTE.pid()
     results = _run({**SIGNALS_AND_PTRACE, "control": HONEST})
-    assert _statuses(results) == {"kill_every_pid_it_can_name": ("failed", "failed"),
-                                  "ptrace_attach_and_read_memory": ("failed", "failed"),
-                                  "control": ("passed", "passed")}
+    statuses = _statuses(results)
+    assert statuses.pop("control") == ("passed", "passed")
+    assert statuses["ptrace_attach_and_read_memory"] == ("failed", "failed")
+    # as uid 65534 its signals reach nothing; in a user namespace (the trainer's uid) kill(0) reaches
+    # its own `unshare`, which takes the namespace down with it
+    assert set(statuses["kill_every_pid_it_can_name"]) <= {"failed", "crashed"}
     assert "attached []" in results["ptrace_attach_and_read_memory"][0].stdout  # its namespace holds itself alone
     zygote = judge.ZYGOTE.pid()
     assert zygote is not None and (before is None or zygote == before)  # never killed and restarted
