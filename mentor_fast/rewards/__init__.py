@@ -1,4 +1,6 @@
-"""Rewards: math answers checked by math-verify in a process pool, TRL-style custom functions.
+"""Rewards: math answers checked by math-verify in a process pool; programs run in a sandbox with
+their tests in a checker process beside it (code.py; the threat model is in docs/code.md);
+TRL-style custom functions.
 
 Importing this package does not import math-verify or sympy (workers do, on first use).
 """
