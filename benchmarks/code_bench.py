@@ -113,7 +113,7 @@ def _counts(out: list) -> dict:
 def humaneval(before, rounds: int, workers: int) -> dict:
     problems = humaneval_problems()
     stub = [assemble_program("    return None\n", p.code) for p in problems]
-    today = {"canonical": [(p.code.reference, p.code.tests, p.code.entry_point, p.code.prompt) for p in problems],
+    today = {"canonical": [(p.code.solution, p.code.tests, p.code.entry_point, p.code.prompt) for p in problems],
              "return_none": [(s, p.code.tests, p.code.entry_point, p.code.prompt) for s, p in zip(stub, problems)]}
     rates: dict[str, list[float]] = {"before": [], "today": []}
     counts = {}
@@ -137,7 +137,7 @@ def humaneval(before, rounds: int, workers: int) -> dict:
 def ladder(workers: int, per_level: int) -> dict:
     lad = CodeLadder(DataConfig(source="code_ladder"), seed=0)
     problems = [lad.train_problem(i, level) for level in LEVELS for i in range(per_level)]
-    refs = _today([(p.code.reference, p.code.tests, p.code.entry_point, "") for p in problems], workers)
+    refs = _today([(p.code.solution, p.code.tests, p.code.entry_point, "") for p in problems], workers)
     stubs = _today([(f"def {p.code.entry_point}(*args, **kwargs):\n    return None\n", p.code.tests,
                      p.code.entry_point, "") for p in problems], workers)
     return {"problems": len(problems), "references": _counts(refs), "return_none": _counts(stubs)}
@@ -147,7 +147,7 @@ def reward_step(workers: int, timeout_s: float) -> dict:
     problems = CodeLadder(DataConfig(source="code_ladder", levels=[2, 4, 6, 7]), seed=0).batch(0, 4)
     completions, owners = [], []
     for p in problems:
-        ref = f"```python\n{p.code.reference}\n```"
+        ref = f"```python\n{p.code.solution}\n```"
         wrong = f"```python\ndef {p.code.entry_point}(*args):\n    return None\n```"
         kinds = [ref, ref, wrong, wrong, "```python\ndef broken(:\n```", "I do not know.",
                  f"```python\ndef {p.code.entry_point}(*args):\n    return args[0]\n```",

@@ -44,9 +44,9 @@ def sft_target(problem) -> str:
     """What the warm-up teaches for a problem: its worked steps and the boxed answer (math), or its
     reference program in one fenced block (code, the form rewards/program.py extracts)."""
     if problem.code is not None:
-        if not problem.code.reference:
+        if not problem.code.solution:
             raise ValueError(f"problem {problem.id!r} has no reference solution to train on")
-        return f"```python\n{problem.code.reference.strip()}\n```"
+        return f"```python\n{problem.code.solution.strip()}\n```"
     return "\n".join(problem.solution_steps) + f"\nThe answer is \\boxed{{{problem.gold}}}."
 
 

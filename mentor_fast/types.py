@@ -29,12 +29,6 @@ class CodeTask:
     step_markers: tuple[str, ...] = ()  # one regex per Problem.solution_steps entry: an attempt whose
     # code matches it has that step (the worked-solutions writer's "missing step"); () when unknown
 
-    @property
-    def reference(self) -> str:
-        """`solution`, under the name sft.py, benchmarks/code_bench.py and tests/test_code_trainer.py,
-        test_humaneval.py read (their owners move to `solution`)."""
-        return self.solution
-
 
 @dataclass(frozen=True)
 class Problem:

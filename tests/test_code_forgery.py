@@ -409,7 +409,7 @@ def test_humaneval_through_the_checker_with_the_prompt_as_setup():
     from mentor_fast.rewards.program import assemble_program
 
     problems = humaneval_problems()
-    jobs = [Job(p.code.reference, p.code.tests, p.code.entry_point, p.code.prompt) for p in problems]
+    jobs = [Job(p.code.solution, p.code.tests, p.code.entry_point, p.code.prompt) for p in problems]
     stubs = [Job(assemble_program("    return None\n", p.code), p.code.tests, p.code.entry_point, p.code.prompt)
              for p in problems]
     results = run_many(jobs + stubs, 20.0, workers=2)

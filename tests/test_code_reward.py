@@ -16,7 +16,7 @@ from mentor_fast.types import CodeTask, Problem, Rollout
 
 TESTS = "assert add3(1) == 4\nassert add3(-3) == 0\nassert add3(10) == 13\n"
 TASK = CodeTask(tests=TESTS, entry_point="add3", solution="def add3(x):\n    return x + 3\n")
-PROBLEM = Problem("add3", "Write a Python function `add3(x: int) -> int` that returns x plus 3.", TASK.reference,
+PROBLEM = Problem("add3", "Write a Python function `add3(x: int) -> int` that returns x plus 3.", TASK.solution,
                   ("Add 3 to the argument and return it.",), source="test", code=TASK)
 
 COMPLETIONS = {

@@ -49,7 +49,8 @@ def test_eval_on_humaneval_writes_sandbox_statuses(tmp_path, capsys):
     assert "eval: 3 problems" in out and "reward: code" in out
     records = [json.loads(line) for line in (tmp_path / "eval" / "eval_problems.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    statuses = {"passed", "failed", "error", "timeout", "crashed"}
+    statuses = {"passed", "failed", "error", "timeout", "crashed", "forged_output", "bad_return_type",
+                "channel_closed", "needs_objects"}
     for r in records:
         assert len(r.get("statuses", [None, None])) == 2 and set(r.get("statuses", [])) <= statuses | {None}
         assert r["greedy"]["status"] in statuses or r["greedy"]["extracted"] is None
@@ -75,4 +76,4 @@ def test_sft_target_of_a_code_problem_is_its_reference_in_one_fenced_block():
     p = CodeLadder(DataConfig(source="code_ladder", levels=[4]), seed=0).batch(0, 1)[0]
     target = sft_target(p)
     assert target.startswith("```python\n") and target.endswith("\n```")
-    assert extract_code(target) == p.code.reference  # what the verifier reads back is the reference
+    assert extract_code(target) == p.code.solution  # what the verifier reads back is the reference

@@ -50,6 +50,13 @@ def missing_name(message: str) -> str:
     return m.group(1) if m else ""
 
 
+# Sandbox statuses that say how the attempt failed without reading its exception. crashed: killed
+# (memory, output cap) or exited early; bad_return_type: it returned what is not plain data;
+# forged_output and channel_closed: it wrote to or closed the channel to the checker.
+_STATUS_LABELS = {"timeout": "timeout", "failed": "wrong_output", "bad_return_type": "wrong_output",
+                  "crashed": "exception", "forged_output": "exception", "channel_closed": "exception"}
+
+
 def code_failure(rollout: Rollout) -> str:
     """The code taxonomy's label of one failed attempt, from its sandbox result."""
     res, ep = code_result(rollout), (rollout.problem.code.entry_point if rollout.problem.code else "")
@@ -58,9 +65,9 @@ def code_failure(rollout: Rollout) -> str:
             return "truncation"
         return "format" if rollout.text.strip() and not looks_like_code(rollout.text) else "other"
     exc, msg = res.exception, res.message
-    if res.status in ("timeout", "failed", "crashed"):  # crashed: killed (memory, output cap) or exited early
-        return {"timeout": "timeout", "failed": "wrong_output", "crashed": "exception"}[res.status]
-    if res.status != "error":  # sandbox_error (not the attempt's fault), or a pass marked wrong
+    if res.status in _STATUS_LABELS:
+        return _STATUS_LABELS[res.status]
+    if res.status != "error":  # sandbox_error and needs_objects (not the attempt's fault), or a pass marked wrong
         return "other"
     if exc in ("SyntaxError", "IndentationError", "TabError"):
         return "syntax" if looks_like_code(rollout.text) else "format"
