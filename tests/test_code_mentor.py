@@ -286,7 +286,7 @@ def test_pipeline_guards_code_hints_with_the_problems_code_task(results):
 
     # the run's task stays math (reward.kind=math): the problem's CodeTask alone makes it a code case
     cfg = mentor_config(
-        "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1", "trigger.collapse_delta=1.1"
+        "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0", "trigger.collapse_delta=1.0"
     )
     mentor = Mentor(cfg, FakeLeakyAgents(), CharPromptBuilder())
     group = Group(3, PROBLEM, [1], [run(results, "no_dedupe") for _ in range(4)])

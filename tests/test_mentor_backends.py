@@ -112,7 +112,7 @@ def test_self_backend_mentor_on_the_real_hf_engine(tiny_model_path, tokenizer):
     )
     agents = LLMAgents(backend, max_tokens=8, hint_max_tokens=4, temperature=0.0)
     mentor = Mentor(
-        mentor_config("agents.backend=self", "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1"),
+        mentor_config("agents.backend=self", "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0"),
         agents,
         CharPromptBuilder(),
     )

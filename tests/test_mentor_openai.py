@@ -171,7 +171,7 @@ def test_fault_injection_pipeline_goes_on_without_hints(server):
     host, port = server.server_address
     cfg = mentor_config("agents.backend=openai", f"agents.base_url=http://{host}:{port}/v1", "agents.model=m",
                         "agents.timeout_s=5.0", "agents.retries=1", "trigger.max_groups_frac=1.0",
-                        "trigger.collapse_abs=1.1", "reroll.count=2")
+                        "trigger.collapse_abs=1.0", "reroll.count=2")
     mentor = Mentor.from_config(cfg, CharPromptBuilder())
     mentor.agents.backend.backoff_s = 0.01
     ok_p, bad_p = ladder_problem("ok"), ladder_problem("bad")
@@ -255,7 +255,8 @@ def test_real_openai_compatible_server_transformers_serve(transformers_server):
     assert backend.counts.snapshot() == {"requests/ok": 2}
     # The random tiny model cannot write the JSON diagnosis: one retry, then garbage, no hint.
     agents = LLMAgents(backend, fused=True, max_tokens=12, hint_max_tokens=4, temperature=0.0)
-    cfg = mentor_config("agents.backend=openai", "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1")
+    cfg = mentor_config("agents.backend=openai", f"agents.model={model}", "trigger.max_groups_frac=1.0",
+                        "trigger.collapse_abs=1.0")
     mentor = Mentor(cfg, agents, CharPromptBuilder())
     groups = [make_group(ladder_problem("real"), ["\\boxed{1}"] * 4)]
     result = mentor.intervene(

@@ -80,7 +80,7 @@ def with_hint(pred=lambda hint: True, successes=1):
 
 
 def mentor_for(backend="worked_solutions", *overrides):
-    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1", "trigger.collapse_delta=1.1",
+    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0", "trigger.collapse_delta=1.0",
                         *overrides)
     if backend == "worked_solutions":
         return Mentor.from_config(cfg, CharPromptBuilder())
@@ -287,7 +287,7 @@ def test_collapse_surge_and_graduation_metrics():
 def test_overlong_hinted_prompt_and_deadline_mean_no_hint():
     p = ladder_problem("long")
     short_limit = len(CharPromptBuilder().encode(p)) + 5  # room for the question, not for a hint
-    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.1")
+    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0")
     mentor = Mentor(cfg, Mentor.from_config(cfg, CharPromptBuilder()).backend, CharPromptBuilder(short_limit))
     g = make_group(p, ["\\boxed{1}"] * G)
     calls = []
