@@ -85,7 +85,7 @@ def test_duplicated_and_repeated_boxes():
     # The last box wins; math-verify alone would read "\boxed{1} ... \boxed{2}" as the set {1, 2}.
     assert verify(r"First \boxed{1}, corrected: \boxed{2}", "2").correct
     assert not verify(r"First \boxed{1}, corrected: \boxed{2}", "1").correct
-    # Known hazard (research/algorithm.md 2.2): duplicated answers joined by a comma read as 840840.
+    # A known hazard of math-verify: duplicated answers joined by a comma read as 840840.
     v = verify(r"\boxed{840,840}", "840")
     assert not v.correct and v.extracted == "840,840"
 

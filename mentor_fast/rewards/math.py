@@ -1,6 +1,6 @@
 """Math answer checking on math-verify, with a verdict the mentor can read.
 
-Policy (research/algorithm.md 2.2, Scaf-GRPO's reward):
+Policy (as Scaf-GRPO's math reward, arXiv 2510.19807):
 - gold: wrapped in `\\boxed{}` unless it already holds one, parsed with LaTeX extraction.
 - prediction: when the completion has a complete `\\boxed{...}`, only the LAST one is parsed
   (math-verify alone would join several boxes into a set: "\\boxed{1} ... \\boxed{2}" -> {1, 2});
