@@ -15,7 +15,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# Real GSM8K and MATH-500 files for the loader tests, where a developer has them: a folder holding
+# gsm8k/test.jsonl and math500/test.jsonl, named by MENTOR_FAST_TEST_DATA (the tests skip without it).
+TEST_DATA = os.environ.get("MENTOR_FAST_TEST_DATA", "")
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +36,9 @@ def smollm2_path() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"reference data folder {SHARED_DATA} is absent")
-    return SHARED_DATA
+    if not TEST_DATA or not Path(TEST_DATA).is_dir():
+        pytest.skip("set MENTOR_FAST_TEST_DATA to a folder with gsm8k/test.jsonl and math500/test.jsonl")
+    return Path(TEST_DATA)
 
 
 def pytest_collection_modifyitems(config, items):
