@@ -67,11 +67,11 @@ def test_an_llm_mentor_without_its_model_is_refused_at_load():
     assert cfg.mentor.agents.model == "m"
 
 
-@pytest.mark.parametrize("override", ["optim.lr=-1", "loss.eps_low=2", "mentor.enable=true mentor.agents.backend=openai"])
-def test_the_cli_prints_one_line_and_no_traceback(override):
-    proc = subprocess.run([sys.executable, "-m", "mentor_fast", "train", "--config", TINY, *override.split()],
+def test_the_cli_prints_one_line_and_no_traceback():
+    # the CLI reports every ConfigError the same way (load_config's errors are tested above)
+    proc = subprocess.run([sys.executable, "-m", "mentor_fast", "train", "--config", TINY, "optim.lr=-1"],
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert lines == ["error: optim.lr: -1.0 is out of range: it must be >= 0"], proc.stderr
