@@ -22,9 +22,6 @@ from mentor_fast.kernels.settings import field_range, range_error
 
 # mentor.reroll.schedule values whose first round rides in the next step's generate call
 _RIDING = (RerollSchedule.NEXT_STEP_EXTRA_ROWS, RerollSchedule.NEXT_STEP_SHARED_ROWS)
-# Field names that are Python keywords are spelled with a trailing underscore in code.
-_ALIASES = {"async": "async_"}
-
 # Keys of earlier versions (CHANGELOG.md): a config that still uses one gets told the new name.
 RENAMED = {
     "loss.ratio_level": "loss.type (ratio_level=sequence is loss.type=gspo)",
@@ -54,14 +51,6 @@ REMOVED = {
     "mentor.merge_rerolls": "the first async re-roll round always rides in the next step's generate call",
     "rollout.hf_gqa_attention": "the HF engine always hands grouped K/V to SDPA on the CPU",
 }
-
-
-def _field_name(key: str) -> str:
-    return _ALIASES.get(key, key)
-
-
-def _public_name(name: str) -> str:
-    return {v: k for k, v in _ALIASES.items()}.get(name, name)
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -153,12 +142,12 @@ def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
 
 def _apply(obj: Any, overrides: dict[str, Any], where: str = "") -> None:
     hints = _hints(type(obj))
-    names = {_public_name(f.name): f.name for f in dataclasses.fields(obj)}
+    names = [f.name for f in dataclasses.fields(obj)]
     for key, value in overrides.items():
         full = f"{where}.{key}" if where else str(key)
         if key not in names:
-            raise _unknown(full, list(names), where)
-        name = names[key]
+            raise _unknown(full, names, where)
+        name = key
         current = getattr(obj, name)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -274,7 +263,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
         v = getattr(cfg, f.name)
         if isinstance(v, enum.Enum):
             v = v.value
-        out[_public_name(f.name)] = to_dict(v) if dataclasses.is_dataclass(v) else v
+        out[f.name] = to_dict(v) if dataclasses.is_dataclass(v) else v
     return out
 
 

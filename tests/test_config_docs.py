@@ -5,14 +5,14 @@ import typing
 from pathlib import Path
 
 from mentor_fast.config import schema
-from mentor_fast.config.reference import _field_docs, _sections, render
+from mentor_fast.config.docs import _field_docs, _sections, render
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
 
-def test_reference_page_is_up_to_date():
+def test_the_config_page_is_up_to_date():
     assert DOC.read_text() == render(), (
-        "docs/config.md is out of date: run `python -m mentor_fast.config.reference > docs/config.md`")
+        "docs/config.md is out of date: run `python -m mentor_fast.config.docs > docs/config.md`")
 
 
 def test_every_key_has_a_docstring():

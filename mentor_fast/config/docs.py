@@ -1,7 +1,7 @@
 """The config reference page (docs/config.md), generated from the schema's dataclasses and the
 docstring under each field; a test fails when the page is out of date.
 
-    python -m mentor_fast.config.reference > docs/config.md
+    python -m mentor_fast.config.docs > docs/config.md
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import textwrap
 import typing
 
 from mentor_fast.config import schema
-from mentor_fast.config.loader import REMOVED, RENAMED, _public_name
+from mentor_fast.config.loader import REMOVED, RENAMED
 from mentor_fast.kernels.settings import field_range
 
 HEADER = """# Configuration reference
 
 Generated from the schema (`mentor_fast/config/schema.py`, `config/mentor.py` and
-`kernels/settings.py`) by `python -m mentor_fast.config.reference`; do not edit by hand
-(`tests/test_config_reference.py` fails when this page and the schema disagree).
+`kernels/settings.py`) by `python -m mentor_fast.config.docs`; do not edit by hand
+(`tests/test_config_docs.py` fails when this page and the schema disagree).
 
 A run's configuration is one tree. YAML files (`--config`, later files win) set any subset of it,
 and `key.sub=value` arguments come last: `mentor-fast train --config configs/demo_cpu.yaml
@@ -77,7 +77,7 @@ def _sections(cls: type, prefix: str):
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[f.name]):
-            yield from _sections(hints[f.name], f"{prefix}.{_public_name(f.name)}" if prefix else _public_name(f.name))
+            yield from _sections(hints[f.name], f"{prefix}.{f.name}" if prefix else f.name)
 
 
 def render() -> str:
@@ -88,7 +88,7 @@ def render() -> str:
         for f in dataclasses.fields(cls):
             if dataclasses.is_dataclass(hints[f.name]):
                 continue
-            key = f"{name}.{_public_name(f.name)}" if name else _public_name(f.name)
+            key = f"{name}.{f.name}" if name else f.name
             doc = docs.get(f.name, "").replace("|", "\\|")
             rows.append(f"| `{key}` | {_type_name(hints[f.name])} | {_default(getattr(instance, f.name))} | {doc} |")
         out.append(f"\n## `{name}`\n" if name else "\n## Top level\n")
