@@ -279,7 +279,7 @@ class Trainer:
         params = dataclasses.replace(self.sampling(step), keys=tuple(index))
         with timer("gen"):
             samples, *rider_samples = self.engine.generate_many(
-                [(prompts, params), *plan.riders], tag="initial+reroll" if plan.riders else "initial")
+                [(prompts, params), *plan.riders], tag="initial+riders" if plan.riders else "initial")
         groups = []
         for g_idx, p, ids, group_samples in zip(index, kept, prompts, samples):
             rollouts = [

@@ -44,7 +44,7 @@ def test_tiny_run_on_vllm_with_mentor(tmp_path, mode):
     assert "mentor/triggered" in rows[1] and rows[1]["mentor/rerolls"] >= 2
     # async: the first re-roll round shares step 2's initial call, the escalated round has its own
     assert rows[1]["mentor/merged_rerolls"] >= 2
-    assert "rollout/prefix_cache_hit_rate/initial+reroll" in rows[1]
+    assert "rollout/prefix_cache_hit_rate/initial+riders" in rows[1]
     assert "rollout/prefix_cache_hit_rate/reroll" in rows[1]
 
 
