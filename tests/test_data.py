@@ -416,7 +416,7 @@ def test_ladder_llama_tokenizer_is_small_and_lossless():
 
 
 def test_built_in_model_names_fill_missing_numbers_with_defaults():
-    from mentor_fast.models import _name_ints
+    from mentor_fast.toy_models import _name_ints
 
     assert _name_ints("ladder-llama", (0, 128)) == (0, 128)
     assert _name_ints("ladder-llama:3", (0, 128)) == (3, 128)  # the width keeps its default
