@@ -54,3 +54,12 @@ class Backend(StrEnum):
     TRITON = "triton"  # Triton row kernels (+ cuBLAS GEMMs); on a CPU only under TRITON_INTERPRET=1
     TORCH = "torch"  # chunked torch: the CPU default
     REF = "ref"  # plain torch on materialised logits: the specification and the vanilla baseline
+
+
+class ISMode(StrEnum):
+    """How the sampler/trainer mismatch ratio pi_old / mu weighs the policy term (TRL's names)."""
+
+    TOKEN_TRUNCATE = "token_truncate"  # each token's ratio, clipped into [floor, cap]
+    TOKEN_MASK = "token_mask"  # each token's ratio, zeroed outside [floor, cap] (IcePop with a floor)
+    SEQUENCE_TRUNCATE = "sequence_truncate"  # the sequence's ratio (product over its tokens), clipped
+    SEQUENCE_MASK = "sequence_mask"  # the sequence's ratio, the whole sequence zeroed outside the bounds

@@ -29,9 +29,8 @@ import torch
 
 from .advantages import token_advantages
 from .enums import KLEstimator, LossType
+from .mismatch import LOG_RATIO_CLAMP, mismatch_weights
 from .options import GRPOLossOutput, GRPOOptions
-
-LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: a stale old_logp or a far reference cannot give an inf
 
 
 @dataclass
@@ -42,14 +41,16 @@ class TokenInputs:
     advantages: torch.Tensor
     weights: torch.Tensor  # aggregation weights w_t (0 = not in the loss)
     ref_logp: torch.Tensor | None = None
-    is_weights: torch.Tensor | None = None  # weights on the policy term, used as given (detached)
+    is_weights: torch.Tensor | None = None  # weights on the policy term, mismatch correction included
     seq_ids: torch.Tensor | None = None  # [N] int64, needed for gspo
     n_seqs: int = 0
+    mismatch: torch.Tensor | None = None  # the mismatch correction's part of is_weights (for metrics)
 
     def rows(self, s: int, e: int) -> TokenInputs:
         cut = lambda t: None if t is None else t[s:e]
         return TokenInputs(self.old_logp[s:e], self.advantages[s:e], self.weights[s:e],
-                           cut(self.ref_logp), cut(self.is_weights), cut(self.seq_ids), self.n_seqs)
+                           cut(self.ref_logp), cut(self.is_weights), cut(self.seq_ids), self.n_seqs,
+                           cut(self.mismatch))
 
 
 @dataclass
@@ -207,6 +208,8 @@ def summarize(logp, entropy, t: TokenInputs, opts: GRPOOptions) -> dict:
         "ratio_mean": _masked_mean(r, active, count),
         "ratio_min": torch.where(count > 0, torch.where(active, r, inf).min(), nan) if some else nan,
         "ratio_max": torch.where(count > 0, torch.where(active, r, -inf).max(), nan) if some else nan,
+        "is_weight_mean": _masked_mean(t.mismatch, active, count) if t.mismatch is not None else nan,
+        "is_masked_frac": _masked_mean((t.mismatch == 0).float(), active, count) if t.mismatch is not None else nan,
     }
 
 
@@ -216,7 +219,9 @@ def check_rewards(rewards, seq_ids, group_ids) -> None:
 
 
 def build_token_inputs(n, device, dtype, old_logp, advantages, token_weights, ref_logp, is_weights, seq_ids,
-                       rewards, group_ids, opts: GRPOOptions) -> TokenInputs:
+                       rewards, group_ids, opts: GRPOOptions, sampler_logp=None) -> TokenInputs:
+    """The call's per-token inputs. With sampler_logp [N] and is_cap > 0 the mismatch correction
+    (kernels/mismatch.py, opts.is_mode) joins is_weights: the same weights on every loss path."""
     cast = lambda x: None if x is None else x.detach().to(device=device, dtype=dtype)
     if advantages is None:
         check_rewards(rewards, seq_ids, group_ids)
@@ -225,7 +230,11 @@ def build_token_inputs(n, device, dtype, old_logp, advantages, token_weights, re
     w = torch.full((n,), 1.0 / max(n, 1)) if token_weights is None else token_weights
     sid = None if seq_ids is None else seq_ids.to(device=device, dtype=torch.long)
     n_seqs = 0 if rewards is None else int(rewards.numel())
-    return TokenInputs(cast(old_logp), cast(advantages), cast(w), cast(ref_logp), cast(is_weights), sid, n_seqs)
+    old, is_w, mismatch = cast(old_logp), cast(is_weights), None
+    if sampler_logp is not None and opts.is_cap > 0:
+        mismatch = mismatch_weights(old, cast(sampler_logp), opts.is_mode, opts.is_cap, opts.is_floor, sid)
+        is_w = mismatch if is_w is None else is_w * mismatch
+    return TokenInputs(old, cast(advantages), cast(w), cast(ref_logp), is_w, sid, n_seqs, mismatch)
 
 
 def make_output(loss, logp, entropy, t: TokenInputs, m: dict) -> GRPOLossOutput:
@@ -234,7 +243,8 @@ def make_output(loss, logp, entropy, t: TokenInputs, m: dict) -> GRPOLossOutput:
         advantages=t.advantages, ratio=m["ratio"].detach(), clip_frac_low=m["clip_frac_low"],
         clip_frac_high=m["clip_frac_high"], clip_frac_dual=m["clip_frac_dual"], kl_mean=m["kl_mean"],
         ratio_mean=m["ratio_mean"], ratio_min=m["ratio_min"], ratio_max=m["ratio_max"],
-        entropy_mean=m["entropy_mean"], pg_loss=m["pg_loss"].detach())
+        entropy_mean=m["entropy_mean"], pg_loss=m["pg_loss"].detach(), is_weight_mean=m["is_weight_mean"],
+        is_masked_frac=m["is_masked_frac"])
 
 
 def fused_advantage_inputs(advantages, rewards, seq_ids, group_ids, like: torch.Tensor, triton: bool,

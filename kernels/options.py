@@ -102,10 +102,12 @@ class GRPOLossOutput:
     ratio_max: torch.Tensor
     entropy_mean: torch.Tensor  # NaN when entropy was not computed
     pg_loss: torch.Tensor  # sum_t w_t * is_t * pg_t (the policy-gradient part of `loss`)
+    is_weight_mean: torch.Tensor  # the mismatch correction's mean weight (NaN without sampler_logp)
+    is_masked_frac: torch.Tensor  # the share of tokens it zeroed (*_mask modes)
 
     def metrics(self, prefix: str = "loss/") -> dict[str, torch.Tensor]:
         names = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "kl_mean", "ratio_mean",
-                 "ratio_min", "ratio_max", "entropy_mean", "pg_loss")
+                 "ratio_min", "ratio_max", "entropy_mean", "pg_loss", "is_weight_mean", "is_masked_frac")
         return {prefix + n: getattr(self, n).detach() for n in names}
 
 

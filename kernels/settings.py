@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from .enums import AdvEstimator, Aggregation, KLEstimator, LossType
+from .enums import AdvEstimator, Aggregation, ISMode, KLEstimator, LossType
 
 
 @dataclass(frozen=True)
@@ -141,15 +141,26 @@ class LossConfig:
     """Leave completions cut at rollout.max_new_tokens out of the loss (DAPO's overlong filtering,
     TRL's mask_truncated_completions): their tokens get weight 0 and leave the aggregation's
     normaliser. Their rewards still count in their group's advantages."""
-    is_cap: Annotated[float, Range(ge=0)] = 0.0
-    """Truncated importance sampling on the trainer/sampler mismatch: each token's policy term is
-    weighted by min(pi_old / mu, is_cap), mu the sampler's probability (algo/weights.py); 0
-    disables. A method's own weighting of a sequence (MENTOR's transfer and shaping modes) replaces
-    it for that sequence."""
+    is_mode: ISMode = ISMode.TOKEN_TRUNCATE
+    """The sampler/trainer mismatch correction (TRL's names): each token's policy term is weighted
+    by r = pi_old / mu, mu the sampler's probability, per token (token_*) or its sequence's product
+    (sequence_*), kept in [is_floor, is_cap] by truncation (*_truncate) or by zeroing what falls
+    outside (*_mask; with is_floor > 0 the two-sided mask of IcePop). It acts where pi_old is not
+    the sampler's own log-prob: recomputed (ppo_epochs or mini_batches > 1), one version stale
+    (re-rolls during the update), or another engine's. The default is token-level truncation:
+    verl's decoupled token-TIS and Yao et al.'s TIS (cap 2) never drop a sequence, whereas a
+    sequence's product of r (TRL's default, sequence_mask at 3) spreads as sqrt(length): on long
+    bf16 completions it masks a growing share of the batch. A method's own weighting of a sequence
+    (MENTOR's transfer and shaping modes, with their own caps) replaces it for that sequence."""
+    is_cap: Annotated[float, Range(ge=1, also=(0,))] = 2.0
+    """The upper bound C_max of the mismatch correction; 0 turns the correction off."""
+    is_floor: Annotated[float, Range(ge=0, lt=1)] = 0.0
+    """The lower bound C_min (0: none): *_truncate raise a weight to it, *_mask drop what is below."""
 
     def __post_init__(self) -> None:
         # YAML and keyword callers pass plain strings; the kernels dispatch on the enums
-        for name, enum in (("type", LossType), ("aggregation", Aggregation), ("kl_estimator", KLEstimator)):
+        for name, enum in (("type", LossType), ("aggregation", Aggregation), ("kl_estimator", KLEstimator),
+                           ("is_mode", ISMode)):
             value = getattr(self, name)
             if value not in {e.value for e in enum}:
                 hint = (" (TRL's grpo/bnpo/dr_grpo/dapo are type='clip' with an aggregation)"

@@ -83,13 +83,19 @@ LOSS_CASES: dict[str, dict] = {
     "sapo_k3_beta": {"type": "sapo", "beta": 0.1, "kl_estimator": "k3"},
     "sapo_k3_cold": {"type": "sapo", "beta": 0.1, "kl_estimator": "k3", "temperature": 0.8},
     "fused_k0_rewards": {"rewards": True},
+    # the sampler/trainer mismatch correction (kernels/mismatch.py), each mode; ratios exp(+-1.2)
+    "is_token_truncate": {"is_mode": "token_truncate", "is_cap": 2.0, "sampler": True},
+    "is_token_mask_two_sided": {"is_mode": "token_mask", "is_cap": 1.5, "is_floor": 0.5, "sampler": True},
+    "is_sequence_truncate": {"is_mode": "sequence_truncate", "is_cap": 3.0, "is_floor": 0.5, "sampler": True},
+    "is_sequence_mask_gspo": {"type": "gspo", "is_mode": "sequence_mask", "is_cap": 3.0, "sampler": True},
 }
 
 
 def loss_kwargs(b: dict, case: str) -> dict:
     """The keyword arguments of grpo_loss / grpo_loss_ref for LOSS_CASES[case] on the batch `b`
     (make_batch's): the reference log-probs when beta > 0, IS weights spread over [0.5, 1.6],
-    sequence ids for gspo, rewards and group ids in place of advantages for K0."""
+    sequence ids for gspo, rewards and group ids in place of advantages for K0, a sampler's log-probs
+    for the mismatch correction."""
     kw = dict(LOSS_CASES[case])
     if "beta" in kw:
         kw["ref_logp"] = b["ref_logp"]
@@ -99,7 +105,19 @@ def loss_kwargs(b: dict, case: str) -> dict:
         kw["seq_ids"] = b["seq_ids"]
     if kw.pop("rewards", False):
         kw.update(rewards=b["rewards"], seq_ids=b["seq_ids"], group_ids=b["group_ids"])
+    if kw.pop("sampler", False):
+        kw.update(sampler_logp=sampler_logp(b), seq_ids=b["seq_ids"])
     return kw
+
+
+def sampler_logp(b: dict) -> torch.Tensor:
+    """A sampler's log-probs for make_batch's tokens: pi_old shifted by up to +-1.2 nats per token, so
+    that token ratios fall on both sides of every bound the cases use, plus a drift that grows with
+    the sequence id, so that some sequences' products stay inside [0.5, 3] and others leave it."""
+    n = b["old_logp"].numel()
+    seq = b["seq_ids"].cpu().float()
+    shift = 1.2 * torch.sin(torch.arange(n, dtype=torch.float32) * 0.7) + 0.05 * (seq - seq.max() / 2)
+    return (b["old_logp"] - shift.to(b["old_logp"].device)).float()
 
 
 def case_temperature(case: str) -> float:

@@ -105,7 +105,7 @@ class Rollout:
     behaviour_prompt_ids: list[int] | None = None  # the context the sampler saw, when the loss uses
     # another (mentor.loss.mode=transfer: sampled under q + hint, trained under q); sampler_logprobs
     # are under this context, and pi_old is recomputed under prompt_ids
-    weighting: TokenWeighting | None = None  # None: the run's default (truncated IS at loss.is_cap)
+    weighting: TokenWeighting | None = None  # None: the run's mismatch correction (loss.is_mode)
     extra_terms: tuple[ExtraTerm, ...] = ()
 
     @property

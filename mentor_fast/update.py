@@ -38,14 +38,13 @@ from mentor_fast.algo.batch import (
     split_mini_batches,
 )
 from mentor_fast.algo.terms import TermContext, apply_extra_terms
-from mentor_fast.algo.weights import Weighting, token_policy_weights
+from mentor_fast.algo.weights import token_policy_weights
 from mentor_fast.config import OptimConfig, TrainerConfig
 from mentor_fast.dist import Dist
 from mentor_fast.forward import MicroBatch, completion_hidden
 from mentor_fast.kernels import AGGREGATIONS, GRPOOptions, grpo_loss, sequence_weights, token_logprobs
 from mentor_fast.optim import AdamWBF16States
 from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
-from mentor_fast.types import TokenWeighting
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, max_steps: int):
@@ -115,8 +114,6 @@ class PolicyUpdater:
         self.ref_model = ref_model
         self.generator = torch.Generator().manual_seed(seed)
         self.backend = "ref" if loss.impl == "reference" else None  # None: triton on CUDA, else chunked
-        # The default weighting of every sequence: the engine-mismatch correction (none at is_cap 0).
-        self.default_weighting = TokenWeighting(Weighting.TRUNCATED_IS, loss.is_cap) if loss.is_cap > 0 else None
         # The prompt keys/values are passed between two decoder calls, which HF's gradient
         # checkpointing does not allow (it drops the cache): fall back to full rows there.
         self.share_prompts = trainer_cfg.shared_prompt_forward and not getattr(
@@ -328,26 +325,35 @@ class PolicyUpdater:
             for i in plan
         ])
         is_w = self._policy_weights(batch, plan, old, sampler)
+        # The mismatch correction (loss.is_mode) reads the sampler's log-probs; a sequence that a
+        # method weighs itself takes none (its sampler side is pi_old: a ratio of exactly 1).
+        corrected = torch.cat([old_i if batch.rollouts[i].weighting is not None else s_i for i, old_i, s_i in
+                               zip(plan, old.split(lens.tolist()), sampler.split(lens.tolist()))])
         ref = None
         if self.options.beta > 0:
             ref_all = self.logprobs(self.ref_model, batch, plan)  # the reference is not sharded
             ref = torch.cat([ref_all[i] for i in plan]).to(device)
-        w, adv, sampler, old = (t.to(device=device, dtype=torch.float32) for t in (w, adv, sampler, old))
+        w, adv, sampler, old, corrected = (t.to(device=device, dtype=torch.float32)
+                                           for t in (w, adv, sampler, old, corrected))
         is_w = is_w.to(device) if is_w is not None else None
         # fp32 logits inside the op, whatever the operands: bf16 logits put a 3-6% error into the
         # ratio (docs/kernels.md#numerics)
         with torch.autocast(device.type, enabled=False):
             out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
-                            seq_ids=mb.seq_index, options=self.options, backend=self.backend)
+                            sampler_logp=corrected, seq_ids=mb.seq_index, options=self.options,
+                            backend=self.backend)
         out.loss.backward()
         active = (w != 0).float()
         tokens = active.sum()
         m = {"tokens": tokens, "loss": out.loss.detach()}
         # The kernels report means over active tokens (NaN for none); the trainer sums them. Which
         # metrics exist is known without looking at a value, so nothing here waits for the device.
-        computed = {"kl_mean": ref is not None, "entropy_mean": out.entropy is not None}
+        corrects = self.options.is_cap > 0
+        computed = {"kl_mean": ref is not None, "entropy_mean": out.entropy is not None,
+                    "is_weight_mean": corrects, "is_masked_frac": corrects}
         for name, key in [("clip_frac_low", "clip_frac_low"), ("clip_frac_high", "clip_frac_high"),
-                          ("ratio_mean", "ratio_mean"), ("entropy_mean", "entropy"), ("kl_mean", "kl")]:
+                          ("ratio_mean", "ratio_mean"), ("entropy_mean", "entropy"), ("kl_mean", "kl"),
+                          ("is_weight_mean", "is/weight_mean"), ("is_masked_frac", "is/masked_frac")]:
             if computed.get(name, True):
                 m[key] = torch.nan_to_num(getattr(out, name), nan=0.0) * tokens
         if "clip_frac_low" in m:
@@ -358,10 +364,9 @@ class PolicyUpdater:
 
     def _policy_weights(self, batch: TrainBatch, plan: list[int], old: torch.Tensor,
                         sampler: torch.Tensor) -> torch.Tensor | None:
-        """Per-token weights on the policy term, sequence by sequence from its rollout's `weighting`
-        (else the default: truncated IS min(pi_old / mu, loss.is_cap), none at 0); None when no
-        sequence of the micro-batch has one."""
-        specs = [batch.rollouts[i].weighting or self.default_weighting for i in plan]
+        """A method's per-token weights on the policy term, sequence by sequence from its rollout's
+        `weighting` (1 for the others); None when no sequence of the micro-batch has one."""
+        specs = [batch.rollouts[i].weighting for i in plan]
         if all(s is None for s in specs):
             return None
         lens = batch.completion_lens[plan].tolist()

@@ -118,7 +118,8 @@ def test_token_logprobs_no_grad_and_ref_backend():
 # ---------------------------------------------------------------- K2 fused loss (chunked torch)
 
 CPU_CASES = ["base", "temperature_dual_clip", "k3_beta", "k1_beta", "k2_beta_entropy_bonus", "is_weights", "gspo",
-             "cispo", "sapo_k3_beta", "fused_k0_rewards"]
+             "cispo", "sapo_k3_beta", "fused_k0_rewards", "is_token_truncate", "is_token_mask_two_sided",
+             "is_sequence_truncate", "is_sequence_mask_gspo"]
 
 
 def _check_against_ref(b, dtype, backend, case, chunk_tokens):
@@ -302,3 +303,26 @@ def test_every_export_resolves_and_the_enums_import_without_torch():
         assert getattr(k, name) is not None
     code = "import sys, mentor_fast.kernels.enums, mentor_fast.config; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("backend", ["torch", "ref"])
+def test_a_masked_sequence_and_a_masked_token_get_exactly_no_gradient(backend):
+    """sequence_mask drops every token of a sequence whose ratio product leaves the bounds, token_mask
+    each token outside them: their rows of dH are exactly 0, on the fused path and the reference."""
+    from mentor_fast.kernels.mismatch import mismatch_weights
+    from mentor_fast.kernels.testing import sampler_logp
+
+    b = make_batch(203, 48, 700)
+    s = sampler_logp(b)
+    for mode, cap in (("sequence_mask", 3.0), ("token_mask", 1.5)):
+        kw = {"sampler_logp": s, "seq_ids": b["seq_ids"], "is_mode": mode, "is_cap": cap, "is_floor": 0.5}
+        out, dh, _ = run_loss(grpo_loss, b, torch.float32, backend=backend, chunk_tokens=40, **kw)
+        w = mismatch_weights(b["old_logp"], s, mode, cap, 0.5, b["seq_ids"])
+        dropped = (w == 0) & (b["token_weights"] != 0)
+        kept = (w != 0) & (b["token_weights"] != 0) & (b["advantages"] != 0)
+        assert dropped.any() and kept.any(), mode
+        assert float(dh[dropped].abs().max()) == 0.0, mode
+        assert float(dh[kept].abs().sum()) > 0, mode  # (a kept token the PPO clip cut may have none)
+        if mode == "sequence_mask":  # whole sequences: a dropped token's sequence has no kept token
+            assert not set(b["seq_ids"][dropped].tolist()) & set(b["seq_ids"][kept].tolist())
+        assert 0 < float(out.is_masked_frac) < 1

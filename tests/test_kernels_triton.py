@@ -17,6 +17,7 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no CUDA and TRITON_INTERPRET is not 1", allow_module_level=True)
 
 from mentor_fast.kernels import (
+    AdvantageConfig,
     group_advantages,
     grpo_loss,
     grpo_loss_from_logits,
@@ -65,7 +66,7 @@ def test_logprob_rows_kernel_reads_bf16_logits():
 
 
 TRITON_CASES = ["temperature_dual_clip_k3", "entropy_bonus_is_k2", "gspo", "gspo_entropy_bonus", "cispo_is_k1",
-                "sapo_k3_cold"]
+                "sapo_k3_cold", "is_token_mask_two_sided", "is_sequence_truncate"]
 
 
 def _check(b, dtype, case, n_chunk):
@@ -100,7 +101,7 @@ def test_grpo_rows_kernel_bf16_in_place_half_rows():
 def test_advantages_inside_the_row_kernel(estimator):
     b = make_batch(24, 64, 64, seqs=8, seed=13)  # V = 64: one block, so this checks K0 only
     b["rewards"][4:8] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # group 1: one success in four
-    kw = {"rewards": b["rewards"], "seq_ids": b["seq_ids"], "group_ids": b["group_ids"], "adv_estimator": estimator}
+    kw = {"rewards": b["rewards"], "seq_ids": b["seq_ids"], "group_ids": b["group_ids"], "advantage": AdvantageConfig(estimator)}
     bd = _on(dict(b, advantages=None))
     out, dh, _ = run_loss(grpo_loss, bd, torch.float32, backend="triton",
                           **{k: (v.to(DEV) if torch.is_tensor(v) else v) for k, v in kw.items()})

@@ -191,3 +191,26 @@ def test_aggregation_sequence_weights():
     for agg, want in [("token_mean", [1 / 10, 1 / 10]), ("seq_mean_token_mean", [1 / 8, 1 / 12]),
                       ("seq_mean_token_sum", [1 / 2, 1 / 2]), ("constant", [1 / 32, 1 / 32])]:
         assert sequence_weights(lens, agg, max_len=16).tolist() == pytest.approx(want), agg
+
+
+def test_mismatch_weights_by_hand_for_each_mode():
+    from mentor_fast.kernels.mismatch import mismatch_weights
+
+    old = torch.zeros(5)
+    # token log-ratios log 0.5, log 2.5, log 1.5 | sequence 1: 0.5 + 0.5 (ratio e), sequence 2: 0.1 - 0.1 (ratio 1)
+    sampler = -torch.tensor([math.log(0.5), math.log(2.5), math.log(1.5), 0.0, 0.0])
+    tok = {"cap": 2.0, "floor": 0.8}
+    assert mismatch_weights(old, sampler, "token_truncate", **tok).tolist() == pytest.approx([0.8, 2.0, 1.5, 1, 1])
+    assert mismatch_weights(old, sampler, "token_mask", **tok).tolist() == pytest.approx([0.0, 0.0, 1.5, 1, 1])
+    assert mismatch_weights(old, sampler, "token_truncate", cap=2.0).tolist() == pytest.approx([0.5, 2.0, 1.5, 1, 1])
+    seq_old = torch.zeros(4)
+    seq_sampler = -torch.tensor([0.5, 0.5, 0.1, -0.1])
+    seq = torch.tensor([0, 0, 1, 1])
+    assert mismatch_weights(seq_old, seq_sampler, "sequence_truncate", cap=2.0, seq_ids=seq).tolist() == pytest.approx(
+        [2.0, 2.0, 1.0, 1.0])
+    assert mismatch_weights(seq_old, seq_sampler, "sequence_mask", cap=2.0, seq_ids=seq).tolist() == pytest.approx(
+        [0.0, 0.0, 1.0, 1.0])
+    assert mismatch_weights(seq_old, seq_sampler, "sequence_mask", cap=3.0, seq_ids=seq).tolist() == pytest.approx(
+        [math.e, math.e, 1.0, 1.0])
+    with pytest.raises(ValueError, match="needs seq_ids"):
+        mismatch_weights(seq_old, seq_sampler, "sequence_mask", cap=2.0)

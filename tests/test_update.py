@@ -11,6 +11,7 @@ changes them at the 1e-1 level.
 
 from __future__ import annotations
 
+import random
 import warnings
 
 import pytest
@@ -22,6 +23,7 @@ from mentor_fast.algo.batch import build_train_batch, plan_shared_micro_batches
 from mentor_fast.algo.terms import TermContext, apply_extra_terms
 from mentor_fast.config import AdvantageConfig, OptimConfig, TrainerConfig
 from mentor_fast.forward import hidden_rows, hidden_shared
+from mentor_fast.models import load_policy
 from mentor_fast.types import ExtraTerm, TokenWeighting
 from mentor_fast.update import PolicyUpdater
 
@@ -315,3 +317,34 @@ def test_mask_truncated_takes_the_masked_tokens_out_of_the_normaliser(tiny_model
     g_zeroed, _ = grads_of_update(make_updater(tiny_model_path), batch)
     scale = float(batch.completion_lens.sum()) / float(batch.completion_lens[kept].sum())
     assert_grads_close(g_masked, {n: g * scale for n, g in g_zeroed.items()}, rel=1e-5)
+
+
+def _sampler_near_the_model(path, groups, spread: float, seed: int = 0) -> None:
+    """Sets each rollout's sampler log-probs to the model's own (as the trainer recomputes pi_old)
+    plus a shift drawn from U(-spread, spread) per token, as a sampler in another precision gives."""
+    torch.manual_seed(0)
+    model = load_policy(path).eval()
+    rng = random.Random(seed)
+    for r in (r for g in groups for r in g.rollouts):
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            logp = model(ids).logits[0, :-1].float().log_softmax(-1)
+        own = logp[len(r.prompt_ids) - 1:].gather(-1, torch.tensor(r.completion_ids)[:, None])[:, 0]
+        r.sampler_logprobs = [float(x) + rng.uniform(-spread, spread) for x in own]
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+def test_each_mismatch_mode_corrects_a_recomputed_pi_old_and_logs_it(tiny_model_path, mode):
+    # two mini-batches: pi_old is recomputed, so the sampler's log-probs (here the model's own, moved
+    # by up to 0.9 nats a token) differ from it and the correction acts
+    groups = make_groups([[1, 0, 0, 1], [0, 1, 1]], hinted=False)
+    _sampler_near_the_model(tiny_model_path, groups, spread=0.9)
+    batch = build_train_batch(groups, AdvantageConfig())
+    upd = make_updater(tiny_model_path, loss={"is_mode": mode, "is_cap": 1.5, "is_floor": 0.5}, mini_batches=2)
+    _, m = grads_of_update(upd, batch)
+    assert 0 < float(m["is/weight_mean"]) <= 1.5
+    masked = float(m["is/masked_frac"])
+    assert (0 < masked < 1) if mode.endswith("mask") else masked == 0
+    assert float(m["is/weight_mean"]) != pytest.approx(1.0, abs=1e-3)  # the correction acted
+    off = make_updater(tiny_model_path, loss={"is_mode": mode, "is_cap": 0.0}, mini_batches=2)
+    assert "is/weight_mean" not in grads_of_update(off, batch)[1]

@@ -1,10 +1,10 @@
 """Per-token weights on a sequence's policy term, from pi_old and the sampler's log-prob mu.
 
-A rollout says how its tokens are weighed with `Rollout.weighting` (data put there by whoever
-built it: the engine-mismatch correction by default, MENTOR's transfer and shaping re-rolls by
-their loss mode); the update computes the weights here, for any method, without knowing which.
-- truncated_is (param: cap c): min(pi_old / mu, c) per token; c = 0 means weight 1. The default
-  of every rollout is truncated_is with `loss.is_cap` (0: no correction).
+A method says how a rollout's tokens are weighed with `Rollout.weighting` (MENTOR's transfer and
+shaping re-rolls, by their loss mode); the update computes the weights here, for any method,
+without knowing which, and they replace the run's mismatch correction (`loss.is_mode`,
+kernels/mismatch.py) for that rollout.
+- truncated_is (param: cap c): min(pi_old / mu, c) per token; c = 0 means weight 1.
 - shaping (param: gamma): gamma p / (p + gamma)^2 with p = pi_old, whatever mu was. At ratio 1 the
   clipped term's gradient times this weight is the gradient of LUFFY's shaped objective
   -A f(pi), f(p) = p / (p + gamma) (LUFFY, arXiv 2504.14945; tests/test_objective.py).
