@@ -74,9 +74,11 @@ def reroll_schedule(args) -> str:
 
 
 def arm_overrides(args, arm: str, out: Path, seed: int, start: Path | str) -> list[str]:
-    """The post-jump run of one arm ("vanilla" or "mentor") from the policy folder `start`."""
+    """The post-jump run of one arm (ARMS) from the policy folder `start`."""
     extra = {
         "vanilla": ["mentor.enable=false"],
+        "dynamic_sampling": ["mentor.enable=false", "rollout.dynamic_sampling=true",
+                             f"rollout.dynamic_sampling_rounds={args.ds_rounds}"],
         "mentor": ["mentor.enable=true", "mentor.agents.backend=worked_solutions",
                    f"mentor.reroll.schedule={reroll_schedule(args)}",
                    f"mentor.trigger.start_level={args.mentor_start_level}",
@@ -150,7 +152,7 @@ def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
     return summary
 
 
-def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float) -> dict:
+def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float, group: int) -> dict:
     post = rows
     return {
         "post_jump_all_fail_frac": statistics.mean(r["groups/all_fail_frac"] for r in post),
@@ -168,6 +170,11 @@ def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float) -> dict:
         "mean_update_s": statistics.mean(r.get("timing_s/update", 0.0) for r in post),
         "wall_s": wall_s,
         "curve": [r["groups/all_fail_frac"] for r in post],
+        # the tokens of the initial rollouts and of dynamic sampling's rounds (MENTOR's re-rolls are
+        # in rerolls_total), and the groups trained on
+        "generated_tokens_total": sum(r["response_length/mean"] * r["groups/count"] * group
+                                      + r.get("dynamic_sampling/extra_tokens", 0.0) for r in post),
+        "groups_trained_total": sum(r["batch/sequences"] / group for r in post),
     }
 
 
@@ -195,6 +202,16 @@ def plot(summary: dict, pre_rows: list[dict], out_png: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
+
+
+ARMS = ("vanilla", "mentor", "dynamic_sampling")
+
+
+def _arms(text: str) -> str:
+    unknown = [a for a in text.split(",") if a not in ARMS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,9 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-without-signal", default="false", choices=("true", "false"),
                    help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
                         "step on a batch with no signal (the warm-ups are unchanged)")
-    p.add_argument("--arms", default="vanilla,mentor", choices=("vanilla,mentor", "vanilla", "mentor"),
-                   help="run only this arm (each seed's start is built if missing; no comparison is written "
-                        "until a run has both arms, e.g. a later --reuse run)")
+    p.add_argument("--arms", default="vanilla,mentor", type=_arms,
+                   help=f"the arms to run, comma-separated, of {', '.join(ARMS)} (each seed's start is built "
+                        "if missing; the comparison, summary.json, is written when a run has vanilla and mentor; "
+                        "a later --reuse run can add an arm)")
+    p.add_argument("--ds-rounds", type=int, default=3,
+                   help="the dynamic_sampling arm's rollout.dynamic_sampling_rounds")
     p.add_argument("--reuse", action="store_true",
                    help="reuse what an earlier run with the same flags left in DIR/seedN: a finished arm "
                         "(its arm_summary.json; an arm with fewer --post-steps is extended from its last "
@@ -309,7 +329,7 @@ def main() -> None:
             if not (args.reuse and (sft / "policy" / "config.json").exists()):
                 sft_warmup(args, sft, seed)
         return
-    per_arm = {"vanilla": [], "mentor": []}
+    per_arm: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     stage_walls: dict[str, dict[str, float]] = {}
     pre_rows: list[dict] = []
     for seed in range(args.first_seed, args.seeds):
@@ -348,17 +368,17 @@ def main() -> None:
             t0 = time.time()
             ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
             stages[f"{arm}_eval"] = time.time() - t0
-            per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall))
+            per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall, args.group))
             done.write_text(json.dumps(per_arm[arm][-1]))
         stage_walls[f"seed{seed}"] = stages
-    if args.arms != "vanilla,mentor":
+    if not {"vanilla", "mentor"} <= set(args.arms.split(",")):
         print(json.dumps({"arms": args.arms, "wall_s": time.time() - t_script, **stage_walls}))
         return
     from mentor_fast.bench import versions
 
     summary: dict = {"setup": vars(args), "machine": versions(),
                      "wall_s": {"script": time.time() - t_script, **stage_walls}}
-    for arm, seeds in per_arm.items():
+    for arm, seeds in ((arm, seeds) for arm, seeds in per_arm.items() if seeds):
         # keys every seed has (an arm summary picked up by --reuse may predate a key)
         keys = [k for k in seeds[0] if k != "curve" and all(k in s for s in seeds)]
         summary[arm] = {k: statistics.mean(s[k] for s in seeds) for k in keys}
@@ -372,7 +392,7 @@ def main() -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, pre_rows, out / "collapse.png")
     print(json.dumps({arm: {k: summary[arm][k] for k in ("post_jump_all_fail_frac", "heldout_acc_no_hint",
-                                                          "mean_step_s")} for arm in ("vanilla", "mentor")}))
+                                                          "mean_step_s")} for arm in ARMS if per_arm[arm]}))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from mentor_fast.checkpoint import (
     set_rng_state,
 )
 from mentor_fast.config import RunConfig, resolve, save_config, to_dict
+from mentor_fast.config.schema import GROUPS_PER_STEP
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.kernels import GRPOOptions
@@ -145,12 +146,13 @@ class Trainer:
                                      dist=self.dist)
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed)
-        self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat)
+        self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat, max_new_tokens=cfg.rollout.max_new_tokens)
         if self.dist.is_main:
             print(f"reward: {self.scorer.verifier.describe()}", flush=True)
         self.start_step = 0
         self.version = 0
         self._regroup: list | None = None
+        self._warned_short = False
         method_state = None
         if ckpt is not None:
             method_state = self._restore(ckpt)
@@ -210,9 +212,9 @@ class Trainer:
         return mine["method"]
 
     def _holds(self, group_id: int) -> bool:
-        """Whether this rank holds the group (group ids are step * 100_000 + global prompt index)."""
+        """Whether this rank holds the group (an id is step * GROUPS_PER_STEP + global prompt index)."""
         start, stop = self.shard
-        return start <= group_id % 100_000 < stop
+        return start <= group_id % GROUPS_PER_STEP < stop
 
     def save(self, step: int) -> Path:
         state = {
@@ -237,6 +239,9 @@ class Trainer:
             initial = group_metrics(groups, self.dist)  # the initial rollouts, before the method
             with timer("mentor"):
                 groups, method_metrics = self.method.after_score(step, groups, rider_samples, self.version)
+            sampled = {}
+            if self.cfg.rollout.dynamic_sampling:  # after the method: it takes its all-fail groups first
+                groups, sampled = self.keep_groups_with_signal(step, groups, timer)
             batch = build_train_batch(groups, self.cfg.advantage)
             metrics.update(plan.metrics | method_metrics)
             learned = batch_metrics(batch, self.dist)
@@ -252,7 +257,7 @@ class Trainer:
                 metrics.update(self.engine.pop_metrics())
         metrics = timer.metrics | metrics  # an engine's own timing_s/weight_sync wins
         metrics["perf/peak_mem_gb"] = peak_mem_gb()
-        row = reduce_metrics(self.dist, to_scalars(metrics)) | initial | to_scalars(learned)
+        row = reduce_metrics(self.dist, to_scalars(metrics)) | initial | sampled | to_scalars(learned)
         row["perf/tokens_per_s"] = row["batch/tokens"] / row["timing_s/step"]
         if "timing_s/weight_sync" in row:
             row["perf/weight_sync_frac"] = row["timing_s/weight_sync"] / row["timing_s/step"]
@@ -263,17 +268,61 @@ class Trainer:
         start, stop = self.shard
         return self.source.batch(step, self.cfg.rollout.prompts_per_step)[start:stop]
 
+    def keep_groups_with_signal(self, step: int, groups: list[Group],
+                                timer: StepTimer) -> tuple[list[Group], dict[str, float]]:
+        """Dynamic sampling (rollout.dynamic_sampling): drops the groups whose rewards are all equal
+        and draws prompts_per_step more prompts a round (the source's round k of the step) until
+        prompts_per_step groups with a signal are kept, or dynamic_sampling_rounds rounds are spent.
+        Whether to go on is decided on the global count, so every rank joins every round's
+        collectives whatever it keeps; the last round's surplus is cut in global prompt order, so
+        the kept groups are the same on any number of ranks. Returns the groups and the run's
+        dynamic_sampling/* metrics (global already; extra_tokens: what the extra rounds decoded)."""
+        r, dist = self.cfg.rollout, self.dist
+        want = r.prompts_per_step
+        kept = [g for g in groups if g.has_signal]
+        seen, have = (int(x) for x in dist.sum([len(groups), len(kept)]))  # over ranks
+        drawn, rounds, tokens = want, 0, 0
+        while have < want and rounds < r.dynamic_sampling_rounds:
+            rounds += 1
+            start, stop = self.shard
+            problems = self.source.batch(step, want, round=rounds)[start:stop]
+            new, _ = self.rollout(RolloutPlan(problems), step, timer, {}, round=rounds)
+            with timer("reward"):
+                self.scorer.score([x for g in new for x in g.rollouts])
+            mine = [g for g in new if g.has_signal]
+            decoded = sum(len(x.completion_ids) for g in new for x in g.rollouts)
+            # the round's groups with a signal by rank, in rank (= prompt) order, then the groups and
+            # tokens it drew: rank q keeps what the ranks before it leave of the groups still wanted
+            *by_rank, n_new, n_tokens = (int(x) for x in dist.sum(
+                [len(mine) if q == dist.rank else 0 for q in range(dist.world_size)] + [len(new), decoded]))
+            seen, tokens = seen + n_new, tokens + n_tokens
+            kept += mine[:max(0, want - have - sum(by_rank[:dist.rank]))]
+            drawn += want
+            have = min(want, have + sum(by_rank))
+        if have < want and dist.is_main and not self._warned_short:
+            self._warned_short = True
+            print(f"step {step}: dynamic sampling kept {int(have)} of {want} groups after "
+                  f"{r.dynamic_sampling_rounds} extra rounds; the step trains on those "
+                  "(dynamic_sampling/short counts it every step; said once)", flush=True)
+        return kept, {"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/prompts_drawn": float(drawn),
+                      "dynamic_sampling/groups_kept": float(have),
+                      "dynamic_sampling/discarded_frac": 1.0 - have / seen if seen else 0.0,
+                      "dynamic_sampling/short": float(max(0, want - have)),
+                      "dynamic_sampling/extra_tokens": float(tokens)}
+
     def rollout(self, plan: RolloutPlan, step: int, timer: StepTimer,
-                metrics: dict) -> tuple[list[Group], list[list[list[Sample]]]]:
+                metrics: dict, round: int = 0) -> tuple[list[Group], list[list[list[Sample]]]]:
         """G samples of each prompt of the plan (prompts over the length limit are dropped and
         counted), unscored, and the riders' samples from the same engine call. A prompt's group id
-        and sampling stream are keyed by its global index, the same on any number of ranks."""
+        and sampling stream are keyed by its global index (round * prompts_per_step + its place in
+        the round: dynamic sampling's rounds), the same on any number of ranks."""
         kept, prompts, index = [], [], []
+        first = round * self.cfg.rollout.prompts_per_step + self.shard[0]
         for i, p in enumerate(plan.problems):
             try:
                 prompts.append(self.builder.encode(p))
                 kept.append(p)
-                index.append(self.shard[0] + i)
+                index.append(first + i)
             except PromptTooLong:
                 metrics["data/dropped_long_prompts"] = metrics.get("data/dropped_long_prompts", 0) + 1
         params = dataclasses.replace(self.sampling(step), keys=tuple(index))
@@ -283,7 +332,7 @@ class Trainer:
         groups = []
         for g_idx, p, ids, group_samples in zip(index, kept, prompts, samples):
             rollouts = [
-                Rollout(problem=p, group_id=step * 100_000 + g_idx, prompt_ids=ids, completion_ids=s.token_ids,
+                Rollout(problem=p, group_id=step * GROUPS_PER_STEP + g_idx, prompt_ids=ids, completion_ids=s.token_ids,
                         sampler_logprobs=s.logprobs, text=self.builder.decode_completion(s.token_ids),
                         finish_reason=s.finish_reason, policy_version=s.policy_version)
                 for s in group_samples

@@ -135,6 +135,11 @@ class Group:
         return self.num_correct == len(self.rollouts)
 
     @property
+    def has_signal(self) -> bool:
+        """Rewards not all equal: a group-relative advantage is non-zero somewhere."""
+        return len({r.reward for r in self.rollouts}) > 1
+
+    @property
     def problem_id(self) -> str:
         return self.problem.id
 

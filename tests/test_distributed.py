@@ -38,11 +38,13 @@ def shorter_is_better(completions, **columns):
     return [-len(c[0]["content"]) / 100.0 for c in completions]
 
 def flat_on_rank_1_at_step_2(completions, problem_id, **columns):
-    # prompts_per_step 4: global prompt index = step * 4 + i; rank 1 of 2 holds i = 2, 3
+    # prompts_per_step 4: global prompt index = step * 4 + i; rank 1 of 2 holds i = 2, 3. A prompt
+    # of dynamic sampling's round k > 0 has the id "...-index.k": never flat
     out = []
     for c, pid in zip(completions, problem_id):
-        index = int(pid.rsplit("-", 1)[1])
-        out.append(0.5 if (index // 4 == 2 and index % 4 >= 2) else -len(c[0]["content"]) / 100.0)
+        index, _, rnd = pid.rsplit("-", 1)[1].partition(".")
+        flat = not rnd and int(index) // 4 == 2 and int(index) % 4 >= 2
+        out.append(0.5 if flat else -len(c[0]["content"]) / 100.0)
     return out
 
 def fault_injection_kill_rank_1_at_step_2(completions, problem_id, **columns):
@@ -94,49 +96,56 @@ def _same_weights(a: Path, b: Path, step: int) -> None:
     assert worst <= 0.1 * LR * step, worst  # see the module docstring
 
 
-def test_two_ranks_match_one_rank_even_when_one_rank_has_no_signal(tmp_path, rewards_dir):
-    """Shared-prompt forward and skip-zero-advantage on (the defaults); at step 2 every group of
-    rank 1 has zero advantage, so rank 1 computes nothing and joins every collective empty."""
+def test_two_ranks_match_one_rank_with_dynamic_sampling_when_a_rank_keeps_no_group(tmp_path, rewards_dir):
+    """Dynamic sampling: at step 2 rank 1's groups are flat and dropped; round 1's first two prompts
+    (rank 0's) fill the batch, so rank 1 trains on no group at all and joins every collective."""
     one, two = tmp_path / "one", tmp_path / "two"
-    _ok(_train(one, 1, rewards_dir, fn="flat_on_rank_1_at_step_2"))
-    _ok(_train(two, 2, rewards_dir, fn="flat_on_rank_1_at_step_2"))
+    flags = ("rollout.dynamic_sampling=true", "trainer.max_steps=2")
+    _ok(_train(one, 1, rewards_dir, *flags, fn="flat_on_rank_1_at_step_2"))
+    _ok(_train(two, 2, rewards_dir, *flags, fn="flat_on_rank_1_at_step_2"))
     rows = _same_rows(one, two)
-    assert rows[1]["update/skipped_token_frac"] > 0.4  # half the step's groups were flat
-    assert all(r["grad_norm"] > 0 for r in rows)
-    _same_weights(one, two, 3)
+    assert [r["dynamic_sampling/rounds"] for r in rows] == [0, 1]
+    assert rows[1]["dynamic_sampling/groups_kept"] == 4 and rows[1]["update/skipped_token_frac"] == 0
+    _same_weights(one, two, 2)
 
 
 def test_two_ranks_match_one_rank_with_the_mentor_and_resume_on_two_and_on_one(tmp_path, rewards_dir):
     """Async MENTOR on 2 ranks, with activation checkpointing: the scheduler sees both ranks' groups, so triggers, budgets and the
-    collapse detector match one rank's; mentor.jsonl holds every rank's rows. A 2-rank run resumed
-    on 2 ranks continues as the uninterrupted one; its checkpoint also resumes on 1 rank."""
+    collapse detector match one rank's; mentor.jsonl holds every rank's rows. Shared-prompt forward
+    and skip-zero-advantage on (the defaults): at step 2 every group of rank 1 has zero advantage
+    (re-rolls included), so rank 1 computes nothing and joins every collective empty. The 2-rank
+    run resumed from its step-2 checkpoint on 2 ranks continues as the uninterrupted one; the
+    checkpoint also resumes on 1 rank."""
     mentor = ["mentor.enable=true", "mentor.reroll.count=2", "trainer.save_every=2",
               "model.gradient_checkpointing=true"]  # activation checkpointing inside the FSDP2 unit
     one, two, part = tmp_path / "one", tmp_path / "two", tmp_path / "part"
-    _ok(_train(one, 1, rewards_dir, *mentor, "trainer.max_steps=4"))
-    _ok(_train(two, 2, rewards_dir, *mentor, "trainer.max_steps=4"))
+    fn = "flat_on_rank_1_at_step_2"
+    _ok(_train(one, 1, rewards_dir, *mentor, "trainer.max_steps=4", fn=fn))
+    _ok(_train(two, 2, rewards_dir, *mentor, "trainer.max_steps=4", fn=fn))
     rows = _same_rows(one, two)
     assert all(r["mentor/triggered"] >= 1 for r in rows[1:])
+    assert rows[1]["update/skipped_token_frac"] > 0.4  # rank 1's groups, half the step's, were flat
+    assert all(r["grad_norm"] > 0 for r in rows)
     dump = lambda run: sorted(
         json.dumps({k: v for k, v in json.loads(line).items() if not k.endswith("_s")}, sort_keys=True)
          for line in (run / "mentor.jsonl").read_text().splitlines())
     assert dump(one) == dump(two)
     _same_weights(one, two, 4)
 
-    _ok(_train(part, 2, rewards_dir, *mentor, "trainer.max_steps=2"))
-    ckpt = part / "checkpoints" / "step_000002"
+    ckpt = two / "checkpoints" / "step_000002"  # keep_last_n 2: steps 2 and 4 are kept
     assert sorted(p.name for p in (ckpt / "ranks").iterdir()) == ["rank_0.pt", "rank_1.pt"]
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(ckpt / "policy")  # the policy is a plain HF folder
     on_one = tmp_path / "on_one"
-    _ok(_train(on_one, 1, rewards_dir, *mentor, "trainer.max_steps=3", resume=ckpt))
-    _ok(_train(part, 2, rewards_dir, *mentor, "trainer.max_steps=4", resume=ckpt))
-    _same_rows(two, part)
+    _ok(_train(on_one, 1, rewards_dir, *mentor, "trainer.max_steps=3", resume=ckpt, fn=fn))
+    _ok(_train(part, 2, rewards_dir, *mentor, "trainer.max_steps=4", resume=ckpt, fn=fn))
+    assert [r["step"] for r in read_metrics(part / "metrics.jsonl")] == [3, 4]
+    for got, want in zip(read_metrics(part / "metrics.jsonl"), rows[2:]):
+        assert comparable(got) == pytest.approx(comparable(want), rel=1e-5, abs=1e-7), want["step"]
     resumed = read_metrics(on_one / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [3]
-    assert comparable(resumed[0]) == pytest.approx(comparable(read_metrics(two / "metrics.jsonl")[2]),
-                                                    rel=1e-5, abs=1e-7)
+    assert comparable(resumed[0]) == pytest.approx(comparable(rows[2]), rel=1e-5, abs=1e-7)
 
 
 def test_fault_injection_a_killed_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path, rewards_dir):

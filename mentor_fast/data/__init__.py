@@ -1,7 +1,8 @@
 """Problem sources (the built-in arithmetic and code ladders, JSONL files, HumanEval) and chat templating.
 
-Every source has `batch(step, size) -> list[Problem]`, a pure function of (seed, step, size), so a
-resumed run needs no iterator state, and `eval_problems(n=None) -> list[Problem]` (n defaults to
+Every source has `batch(step, size, round=0) -> list[Problem]`, a pure function of (seed, step, size,
+round), so a resumed run needs no iterator state (round k > 0: dynamic sampling's k-th extra draw in
+the step, from a stream of its own), and `eval_problems(n=None) -> list[Problem]` (n defaults to
 data.eval_size). HumanEval is the exception: evaluation only (all 164 by default; `batch` raises).
 """
 
@@ -24,7 +25,7 @@ from mentor_fast.types import Problem
 
 
 class ProblemSource(Protocol):
-    def batch(self, step: int, size: int) -> list[Problem]: ...
+    def batch(self, step: int, size: int, round: int = 0) -> list[Problem]: ...
 
     def eval_problems(self, n: int | None = None) -> list[Problem]: ...
 

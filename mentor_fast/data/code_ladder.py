@@ -64,7 +64,7 @@ class CodeLadder(Curriculum):
     """Code ladder problems by step, with the curriculum (levels, jump) of the arithmetic ladder; it
     overrides only how an item is drawn and how held-out items are kept apart."""
 
-    def train_problem(self, index: int, level: int) -> Problem:
+    def train_problem(self, index: int | str, level: int) -> Problem:
         rng = random.Random(f"code_ladder:{self.seed}:train:L{level}:{index}")
         return make_code_problem(level, rng, f"code-L{level}-{self.seed}-{index}")
 

@@ -240,7 +240,7 @@ class HumanEvalSource:
     def __init__(self, cfg: DataConfig, seed: int):
         self.problems = humaneval_problems()
 
-    def batch(self, step: int, size: int) -> list[Problem]:
+    def batch(self, step: int, size: int, round: int = 0) -> list[Problem]:
         raise DataError("HumanEval is for evaluation only; it is never trained on: train on data.source="
                         "code_ladder or a code JSONL file, and evaluate with data.source=humaneval")
 

@@ -202,7 +202,9 @@ def load_jsonl(
 
 
 class JsonlSource:
-    """A JSONL file as a problem source: a seeded permutation per epoch; item p = step * size + i."""
+    """A JSONL file as a problem source: a seeded permutation per epoch; item p = step * size + i.
+    Dynamic sampling's round k > 0 reads the same positions in permutations of its own, so each
+    round's stream also visits every row once per epoch."""
 
     def __init__(self, cfg: DataConfig, seed: int):
         self.problems, self.report = self.load(cfg)
@@ -216,19 +218,17 @@ class JsonlSource:
 
     def _perm(self, key: Any) -> list[int]:
         if key not in self._perms:
-            if len(self._perms) > 4:  # only the current (and maybe next) epoch is ever hot
+            if len(self._perms) > 16:  # per stream, only the current (and maybe next) epoch is hot
                 self._perms.pop(next(iter(self._perms)))
             order = list(range(len(self.problems)))
             random.Random(f"jsonl:{self.seed}:{key}").shuffle(order)
             self._perms[key] = order
         return self._perms[key]
 
-    def batch(self, step: int, size: int) -> list[Problem]:
+    def batch(self, step: int, size: int, round: int = 0) -> list[Problem]:
         n = len(self.problems)
-        out = []
-        for p in range(step * size, (step + 1) * size):
-            out.append(self.problems[self._perm(("epoch", p // n))[p % n]])
-        return out
+        stream = ("epoch",) if round == 0 else ("round", round)
+        return [self.problems[self._perm((*stream, p // n))[p % n]] for p in range(step * size, (step + 1) * size)]
 
     def eval_problems(self, n: int | None = None) -> list[Problem]:
         """The first n rows of a separate permutation (default cfg.eval_size); n <= 0: the whole file

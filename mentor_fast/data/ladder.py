@@ -196,15 +196,17 @@ class Curriculum:
         jumped = 0 <= self.jump_step <= step
         return self.jump_levels if jumped else self.levels
 
-    def train_problem(self, index: int, level: int) -> Problem:
-        """Training item `index` (= step * size + i) as it is drawn when its level is `level`."""
+    def train_problem(self, index: int | str, level: int) -> Problem:
+        """Training item `index` (= step * size + i; "index.k" in dynamic sampling's round k) as it
+        is drawn when its level is `level`."""
         rng = random.Random(f"ladder:{self.seed}:train:L{level}:{index}")
         return make_problem(level, rng, f"ladder-L{level}-{self.seed}-{index}", self.max_digits)
 
-    def batch(self, step: int, size: int) -> list[Problem]:
+    def batch(self, step: int, size: int, round: int = 0) -> list[Problem]:
         levels = self.levels_at(step)
         out = []
-        for index in range(step * size, (step + 1) * size):
+        for i in range(step * size, (step + 1) * size):
+            index = i if round == 0 else f"{i}.{round}"
             level = random.Random(f"ladder:{self.seed}:level:{index}").choice(levels)
             out.append(self.train_problem(index, level))
         return out

@@ -177,14 +177,26 @@ def _check_values(values: Any, n: int) -> list[float | None]:
     return out
 
 
+def overlong_penalty(length: int, max_len: int, cache: int) -> float:
+    """DAPO's soft overlong punishment (its eq. 13): 0 up to max_len - cache tokens, then down
+    linearly to -1 at max_len (a completion cut there), -1 beyond."""
+    over = length - (max_len - cache)
+    return 0.0 if over <= 0 else -min(1.0, over / cache)
+
+
 class RewardScorer:
     """Scores rollouts in place: `reward`, `correct`, `verifier_note`; returns per-batch metrics."""
 
     def __init__(self, cfg: RewardConfig, verifier: Verifier | None = None,
-                 messages: Callable[[Problem, str | None], Messages] | None = None):
+                 messages: Callable[[Problem, str | None], Messages] | None = None, max_new_tokens: int = 0):
         """verifier: share an already built checker (not closed by `close`); default: from the registry.
         messages(problem, hint) -> the chat messages of its prompt (data.PromptBuilder.chat), for
-        the conversational form; without it the functions get the string form."""
+        the conversational form; without it the functions get the string form. max_new_tokens: the
+        completion limit the soft overlong penalty counts back from (reward.overlong_cache)."""
+        if cfg.overlong_cache and not 0 < cfg.overlong_cache <= max_new_tokens:
+            raise ValueError(f"reward.overlong_cache={cfg.overlong_cache} needs 0 < overlong_cache <= "
+                             f"rollout.max_new_tokens (got {max_new_tokens})")
+        self.overlong = (max_new_tokens, cfg.overlong_cache) if cfg.overlong_cache else None
         n_parts = 1 + len(cfg.functions)
         if cfg.weights and len(cfg.weights) != n_parts:
             raise ValueError(
@@ -220,6 +232,10 @@ class RewardScorer:
             metrics[f"reward/{name}/mean"] = sum(applicable) / len(applicable) if applicable else 0.0
             metrics[f"reward/{name}/none_frac"] = 1.0 - len(applicable) / len(values)
             totals = [t + weight * (v or 0.0) for t, v in zip(totals, values, strict=True)]
+        if self.overlong:
+            penalties = [overlong_penalty(len(r.completion_ids), *self.overlong) for r in rollouts]
+            metrics["reward/overlong_penalty/mean"] = sum(penalties) / len(penalties)
+            totals = [t + p for t, p in zip(totals, penalties, strict=True)]
         for r, v, total in zip(rollouts, verdicts, totals, strict=True):
             r.correct = v.correct
             r.reward = total
