@@ -155,13 +155,6 @@ def test_missing_pyarrow_says_what_to_install(tmp_path, monkeypatch):
         load_table(path, DataConfig(source="file"))
 
 
-VERL_REWARD = '''
-def from_gsm8k(completions, data_source, reward_model, extra_info, **columns):
-    return [float(s == "openai/gsm8k" and rm["ground_truth"] == str(sum(map(int, e["pair"]))))
-            for s, rm, e in zip(data_source, reward_model, extra_info)]
-'''
-
-
 def _verl_parquet(path, questions):
     """verl's layout (what its gsm8k preprocessing writes) for (question, answer, pair) triples."""
     rows = [{"data_source": "openai/gsm8k", "ability": "math",
@@ -169,24 +162,6 @@ def _verl_parquet(path, questions):
              "reward_model": {"style": "rule", "ground_truth": a}, "extra_info": {"index": i, "pair": pair}}
             for i, (q, a, pair) in enumerate(questions)]
     pq.write_table(pa.Table.from_pylist(rows), path)
-
-
-def test_verl_parquet_trains_from_the_config_and_columns_reach_the_reward(tmp_path, monkeypatch):
-    from mentor_fast.metrics import read_metrics
-    from mentor_fast.trainer import Trainer
-
-    (tmp_path / "verl_rewards.py").write_text(VERL_REWARD)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    data = tmp_path / "train.parquet"
-    _verl_parquet(data, [(f"What is {a} + {b}?", str(a + b), [a, b]) for a, b in [(1, 2), (3, 4), (5, 6)]])
-    cfg = load_config(["configs/tiny_test.yaml"], [
-        f"output_dir={tmp_path / 'run'}", "trainer.max_steps=1", "trainer.tensorboard=false",
-        "data.source=file", f"data.path={data}", 'reward.functions=["verl_rewards:from_gsm8k"]'])
-    Trainer(cfg).fit()
-    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
-    assert row["groups/count"] == 2
-    assert row["reward/from_gsm8k/mean"] == 1.0  # every column reached the function, gold included
-    assert not any(k.startswith("reward/errors/") for k in row)
 
 
 def test_real_gsm8k_as_verl_parquet_trains_one_step(tmp_path, shared_data):

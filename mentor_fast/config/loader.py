@@ -165,8 +165,9 @@ def _parse_cli_value(text: str) -> Any:
         return text
 
 
-def _nest(dotted: str, value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def nest(dotted: str, value: Any, out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{'a.b': v} as {'a': {'b': v}}, merged into `out` when given."""
+    out = {} if out is None else out
     cur = out
     parts = dotted.split(".")
     for p in parts[:-1]:
@@ -175,8 +176,10 @@ def _nest(dotted: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunConfig:
-    """Defaults <- each YAML file in order <- `key.sub=value` overrides."""
+def load_config(files: list[str | Path] = (), overrides: list[str] = (),
+                values: dict[str, Any] | None = None) -> RunConfig:
+    """Defaults <- each YAML file in order <- `values` (a nested mapping, as a YAML file holds;
+    what the Python API's GRPOConfig builds) <- `key.sub=value` overrides."""
     cfg = RunConfig()
     for f in files:
         path = Path(f)
@@ -192,11 +195,13 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunC
             _apply(cfg, data)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
+    if values:
+        _apply(cfg, values)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key.sub=value")
         key, text = item.split("=", 1)
-        _apply(cfg, _nest(key.strip(), _parse_cli_value(text)))
+        _apply(cfg, nest(key.strip(), _parse_cli_value(text)))
     resolve(cfg)
     validate(cfg)
     return cfg
