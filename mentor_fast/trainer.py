@@ -91,7 +91,8 @@ class StepTimer:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, resume: str | Path | None = None):
+    def __init__(self, cfg: RunConfig, resume: str | Path | None = None, rows: list | None = None):
+        """rows: data.source=dataset's rows (the Python API's train_dataset)."""
         resolve(cfg)  # a config built in code, not by load_config, still gets its derived defaults
         self.cfg = cfg
         if cfg.trainer.threads > 0:
@@ -145,7 +146,7 @@ class Trainer:
                                      pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, seed=cfg.seed,
                                      dist=self.dist)
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
-        self.source = build_source(cfg.data, cfg.seed)
+        self.source = build_source(cfg.data, cfg.seed, rows)
         self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat, max_new_tokens=cfg.rollout.max_new_tokens)
         if self.dist.is_main:
             print(f"reward: {self.scorer.verifier.describe()}", flush=True)
@@ -153,6 +154,7 @@ class Trainer:
         self.version = 0
         self._regroup: list | None = None
         self._warned_short = False
+        self.last_metrics: dict[str, float] = {}  # the last step's row (what the Python API's train() returns)
         method_state = None
         if ckpt is not None:
             method_state = self._restore(ckpt)
@@ -357,6 +359,7 @@ class Trainer:
                 row = self.step(step)
                 if cfg.trainer.eval_every and step % cfg.trainer.eval_every == 0:
                     row.update(self.evaluate(step))
+                self.last_metrics = row
                 if logger and (step % cfg.trainer.log_every == 0 or step == cfg.trainer.max_steps):
                     logger.log(step, row)
                 if cfg.trainer.save_every and step % cfg.trainer.save_every == 0:

@@ -44,6 +44,8 @@ class Problem:
     # columns, passed to custom reward functions as keyword arguments
     code: CodeTask | None = None  # code problems: tests, entry point, solution (gold is the
     # solution program, or "")
+    context: tuple[tuple[str, str], ...] = ()  # conversational prompts: the (role, content) turns
+    # before the question's user turn (a system message, earlier turns); () for a plain question
 
 
 @dataclass

@@ -171,8 +171,9 @@ def _parse_cli_value(text: str) -> Any:
         return text
 
 
-def _nest(dotted: str, value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def nest(dotted: str, value: Any, out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{'a.b': v} as {'a': {'b': v}}, merged into `out` when given."""
+    out = {} if out is None else out
     cur = out
     parts = dotted.split(".")
     for p in parts[:-1]:
@@ -181,8 +182,10 @@ def _nest(dotted: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunConfig:
-    """Defaults <- each YAML file in order <- `key.sub=value` overrides."""
+def load_config(files: list[str | Path] = (), overrides: list[str] = (),
+                values: dict[str, Any] | None = None) -> RunConfig:
+    """Defaults <- each YAML file in order <- `values` (a nested mapping, as a YAML file holds;
+    what the Python API's GRPOConfig builds) <- `key.sub=value` overrides."""
     cfg = RunConfig()
     for f in files:
         path = Path(f)
@@ -198,11 +201,13 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = ()) -> RunC
             _apply(cfg, data)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
+    if values:
+        _apply(cfg, values)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key.sub=value")
         key, text = item.split("=", 1)
-        _apply(cfg, _nest(key.strip(), _parse_cli_value(text)))
+        _apply(cfg, nest(key.strip(), _parse_cli_value(text)))
     resolve(cfg)
     validate(cfg)
     return cfg
@@ -244,7 +249,10 @@ def validate(cfg: RunConfig) -> None:
          "mentor.agents.backend=local needs mentor.agents.model_path (a local HF folder or a built-in model name)"),
         (not cfg.reward.weights or len(cfg.reward.weights) == 1 + len(cfg.reward.functions),
          "reward.weights needs one weight for the built-in reward plus one per reward.functions entry"),
-        (cfg.data.source != "jsonl" or cfg.data.path, "data.path is required for data.source=jsonl"),
+        (cfg.data.source not in ("jsonl", "file") or cfg.data.path,
+         f"data.path is required for data.source={cfg.data.source}"),
+        (cfg.data.source not in ("file", "dataset") or cfg.data.format != "code",
+         "data.format=code reads JSONL files: data.source=jsonl"),
         (cfg.reward.overlong_cache <= cfg.rollout.max_new_tokens,
          (f"reward.overlong_cache ({cfg.reward.overlong_cache}) must be at most rollout.max_new_tokens "
           f"({cfg.rollout.max_new_tokens}): the penalty ramps over the last overlong_cache tokens")),

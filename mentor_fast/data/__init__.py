@@ -21,6 +21,7 @@ from mentor_fast.data.code_sources import (
 )
 from mentor_fast.data.jsonl import DataError, JsonlSource, LoadReport, load_jsonl
 from mentor_fast.data.ladder import Curriculum, make_problem
+from mentor_fast.data.table import TableSource, dataset_rows, load_table
 from mentor_fast.types import Problem
 
 
@@ -30,7 +31,9 @@ class ProblemSource(Protocol):
     def eval_problems(self, n: int | None = None) -> list[Problem]: ...
 
 
-def build_source(cfg: DataConfig, seed: int) -> Curriculum | JsonlSource | HumanEvalSource:
+def build_source(cfg: DataConfig, seed: int, rows: list | None = None,
+                 ) -> Curriculum | JsonlSource | HumanEvalSource:
+    """`rows`: source=dataset's rows (what mentor_fast.GRPOTrainer was handed as train_dataset)."""
     if cfg.source == "ladder":
         return Curriculum(cfg, seed)
     if cfg.source == "code_ladder":
@@ -41,7 +44,9 @@ def build_source(cfg: DataConfig, seed: int) -> Curriculum | JsonlSource | Human
         if not cfg.path:
             raise DataError("data.path is required for data.source=jsonl")
         return CodeJsonlSource(cfg, seed) if cfg.format == "code" else JsonlSource(cfg, seed)
-    raise DataError(f"unknown data.source {cfg.source!r}; use ladder, code_ladder, jsonl or humaneval")
+    if cfg.source in ("file", "dataset"):
+        return TableSource(cfg, seed, rows)
+    raise DataError(f"unknown data.source {cfg.source!r}; use ladder, code_ladder, jsonl, file, dataset or humaneval")
 
 
 __all__ = [
@@ -56,10 +61,13 @@ __all__ = [
     "ProblemSource",
     "PromptBuilder",
     "PromptTooLong",
+    "TableSource",
     "build_source",
+    "dataset_rows",
     "humaneval_problems",
     "load_code_jsonl",
     "load_jsonl",
+    "load_table",
     "make_code_problem",
     "make_problem",
 ]

@@ -45,20 +45,24 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.max_prompt_tokens = max_prompt_tokens
-        self._cache: collections.OrderedDict[str, tuple[list[int], list[int]]] = collections.OrderedDict()
+        self._cache: collections.OrderedDict[tuple, tuple[list[int], list[int]]] = collections.OrderedDict()
         self._cache_size = cache_size
 
     @classmethod
     def from_config(cls, tokenizer: Any, cfg: DataConfig) -> PromptBuilder:
         return cls(tokenizer, cfg.system_prompt, cfg.max_prompt_tokens)
 
-    def messages(self, user_content: str) -> list[dict[str, str]]:
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*system, {"role": "user", "content": user_content}]
+    def messages(self, user_content: str, context: tuple[tuple[str, str], ...] = ()) -> list[dict[str, str]]:
+        """`context`: the turns before the user's (a conversational prompt's); system_prompt is added
+        only when they hold no system message of their own."""
+        own_system = any(role == "system" for role, _ in context)
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt and not own_system else []
+        turns = [{"role": role, "content": content} for role, content in context]
+        return [*system, *turns, {"role": "user", "content": user_content}]
 
     def chat(self, problem: Problem, hint: str | None = None) -> list[dict[str, str]]:
         """The prompt as chat messages (what TRL's reward functions get as `prompts`)."""
-        return self.messages(self.user_content(problem, hint))
+        return self.messages(self.user_content(problem, hint), problem.context)
 
     def user_content(self, problem: Problem, hint: str | None = None) -> str:
         return problem.question if hint is None else problem.question + HINT_HEADER + hint
@@ -71,25 +75,26 @@ class PromptBuilder:
         enc = self.tokenizer(text, add_special_tokens=False, split_special_tokens=split_special)
         return list(enc["input_ids"])
 
-    def _head_tail(self, question: str) -> tuple[list[int], list[int]]:
-        if question in self._cache:
-            self._cache.move_to_end(question)
-            return self._cache[question]
+    def _head_tail(self, problem: Problem) -> tuple[list[int], list[int]]:
+        key = (problem.context, problem.question)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
         text = self.tokenizer.apply_chat_template(
-            self.messages(question + _SENTINEL), tokenize=False, add_generation_prompt=True
+            self.messages(problem.question + _SENTINEL, problem.context), tokenize=False, add_generation_prompt=True
         )
         if text.count(_SENTINEL) != 1:
             raise ValueError("the chat template does not keep the user content verbatim; cannot place hints")
         head, tail = text.split(_SENTINEL)
         pieces = (self._ids(head), self._ids(tail))
-        self._cache[question] = pieces
+        self._cache[key] = pieces
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return pieces
 
     def encode(self, problem: Problem, hint: str | None = None) -> list[int]:
         """Prompt ids; with a hint, `ids[:len(head)]` are the unhinted prompt's head ids (prefix caching)."""
-        head, tail = self._head_tail(problem.question)
+        head, tail = self._head_tail(problem)
         middle = [] if hint is None else self._ids(HINT_HEADER + hint, split_special=True)
         ids = [*head, *middle, *tail]
         if len(ids) > self.max_prompt_tokens:
@@ -98,7 +103,7 @@ class PromptBuilder:
 
     def head_length(self, problem: Problem) -> int:
         """Tokens shared by the prompt and every hinted prompt of this problem."""
-        return len(self._head_tail(problem.question)[0])
+        return len(self._head_tail(problem)[0])
 
     def decode_completion(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

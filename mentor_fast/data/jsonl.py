@@ -12,7 +12,7 @@ import collections
 import json
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +21,7 @@ from mentor_fast.answers import last_boxed
 from mentor_fast.config import DataConfig
 from mentor_fast.types import Problem
 
-Format = Literal["gsm8k", "math", "plain"]
+Format = Literal["auto", "gsm8k", "math", "plain"]
 
 
 class DataError(ValueError):
@@ -116,22 +116,74 @@ def decode_row(raw: bytes) -> dict[str, Any]:
     return row
 
 
-def _row(row: dict[str, Any], fmt: Format, question_key: str, answer_key: str,
-         ) -> tuple[str, str, tuple, dict]:
-    for key in (question_key, answer_key):
-        if key not in row:
-            raise BadRow(f"missing_{'question' if key == question_key else 'answer'}",
-                         f"missing key {key!r} (row keys: {sorted(row)})")
-    question, answer = row[question_key], row[answer_key]
-    if not isinstance(question, str) or not question.strip():
-        raise BadRow("bad_question", f"{question_key!r} must be a non-empty string")
-    if fmt == "plain" and isinstance(answer, (int, float)) and not isinstance(answer, bool):
-        answer = str(answer)
-    if not isinstance(answer, str):
-        raise BadRow("bad_answer", f"{answer_key!r} must be a string, got {type(answer).__name__}")
-    gold, steps = _PARSERS[fmt](answer)
-    extra = {k: v for k, v in row.items() if k not in (question_key, answer_key)}
-    return question, gold, steps, extra
+QUESTION_KEYS = ("prompt", "question", "problem")  # tried in order when the question key is ""
+ANSWER_KEYS = ("solution", "answer", "reward_model.ground_truth")  # tried in order when the answer key is ""
+_ROLES = ("system", "user", "assistant")
+
+
+def _lookup(row: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """(found, value) of `key`; "a.b" reads row["a"]["b"] when there is no column named "a.b"."""
+    if key in row:
+        return True, row[key]
+    head, dot, rest = key.partition(".")
+    if dot and isinstance(row.get(head), dict):
+        return _lookup(row[head], rest)
+    return False, None
+
+
+def _pick(row: dict[str, Any], key: str, defaults: tuple[str, ...], what: str) -> tuple[str, Any]:
+    """The column `key` (or the first of `defaults` holding a value, when key is "")."""
+    for k in (key,) if key else defaults:
+        found, value = _lookup(row, k)
+        if found and (key or value is not None):
+            return k, value
+    wanted = f"key {key!r}" if key else f"{what} column (tried {', '.join(map(repr, defaults))})"
+    raise BadRow(f"missing_{what}", f"missing {wanted} (row keys: {sorted(row)})")
+
+
+def _prompt(value: Any, key: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """TRL's prompt forms: a string (standard), or chat messages ending with the user's turn
+    (conversational; a system message and earlier turns go to Problem.context)."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise BadRow("bad_question", f"{key!r} must be a non-empty string")
+        return value, ()
+    if not isinstance(value, (list, tuple)) or not value:
+        raise BadRow("bad_question", f"{key!r} must be a string or a list of chat messages, "
+                                     f"got {type(value).__name__}")
+    turns = []
+    for m in value:
+        if not (isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str)):
+            raise BadRow("bad_question", f"{key!r}: a message needs a role ({', '.join(_ROLES)}) and a "
+                                         f"string content, got {str(m)[:80]}")
+        turns.append((m["role"], m["content"]))
+    if turns[-1][0] != "user" or not turns[-1][1].strip():
+        raise BadRow("bad_question", f"{key!r}: the messages must end with a non-empty user message")
+    return turns[-1][1], tuple(turns[:-1])
+
+
+def _answer(value: Any, key: str, fmt: Format) -> tuple[str, tuple[str, ...]]:
+    """(gold, solution steps); fmt "auto" reads `####` as gsm8k, a \\boxed{} as math, else plain."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and fmt in ("plain", "auto"):
+        value, fmt = str(value), "plain"
+    if not isinstance(value, str):
+        raise BadRow("bad_answer", f"{key!r} must be a string, got {type(value).__name__}")
+    if fmt == "auto":
+        fmt = "gsm8k" if "####" in value else "math" if last_boxed(value) is not None else "plain"
+    return _PARSERS[fmt](value)
+
+
+def read_row(row: dict[str, Any], fmt: Format, question_key: str = "", answer_key: str = "",
+             ) -> tuple[str, tuple, str, tuple, dict]:
+    """(question, context, gold, steps, other columns) of one row; raises BadRow. Empty keys try
+    QUESTION_KEYS and ANSWER_KEYS in order. The columns keep every top-level key but the prompt's
+    and the answer's (a nested answer's parent stays: verl's reward functions read `reward_model`)."""
+    q_key, q_value = _pick(row, question_key, QUESTION_KEYS, "question")
+    a_key, a_value = _pick(row, answer_key, ANSWER_KEYS, "answer")
+    question, context = _prompt(q_value, q_key)
+    gold, steps = _answer(a_value, a_key, fmt)
+    extra = {k: v for k, v in row.items() if k not in (q_key, a_key)}
+    return question, context, gold, steps, extra
 
 
 RowConverter = Callable[[dict[str, Any], int], Problem]  # (row, line number) -> Problem; raises BadRow
@@ -156,16 +208,29 @@ def load_rows(
             raise DataError(f"{path}: cannot read: {e}") from None
     if data.startswith(b"\xef\xbb\xbf"):  # UTF-8 byte-order mark
         data = data[3:]
-    report, problems = LoadReport(str(path)), []
-    for line_no, raw in enumerate(data.split(b"\n"), start=1):
-        raw = raw.rstrip(b"\r")
-        if not raw.strip():
-            continue
+
+    def decode_and_convert(raw: bytes, line_no: int) -> Problem:
+        return convert(decode_row(raw), line_no)
+
+    lines = ((raw.rstrip(b"\r"), line_no) for line_no, raw in enumerate(data.split(b"\n"), start=1))
+    items = ((f"{path}:{line_no}", decode_and_convert, raw, line_no) for raw, line_no in lines if raw.strip())
+    return collect_rows(str(path), items, on_bad_row)
+
+
+def collect_rows(
+    name: str,
+    items: Iterable[tuple[str, Callable[[Any, int], Problem], Any, int]],
+    on_bad_row: Literal["error", "skip"] = "error",
+) -> tuple[list[Problem], LoadReport]:
+    """`convert(row, number)` for each (where, convert, row, number); a BadRow becomes a DataError
+    "where: reason" or, with on_bad_row="skip", a count in the LoadReport. Every loader shares it."""
+    report, problems = LoadReport(name), []
+    for where, convert, row, number in items:
         report.rows += 1
         try:
-            problems.append(convert(decode_row(raw), line_no))
+            problems.append(convert(row, number))
         except BadRow as e:
-            message = f"{path}:{line_no}: {e}"
+            message = f"{where}: {e}"
             if on_bad_row == "error":
                 raise DataError(message) from None
             report.skipped[e.reason] += 1
@@ -173,10 +238,10 @@ def load_rows(
                 report.examples.append(message)
     report.loaded = len(problems)
     if report.rows == 0:
-        raise DataError(f"{path}: no rows")
+        raise DataError(f"{name}: no rows")
     if not problems:
         skipped = dict(report.skipped)
-        raise DataError(f"{path}: no usable rows ({skipped} skipped; first: {report.examples[0]})")
+        raise DataError(f"{name}: no usable rows ({skipped} skipped; first: {report.examples[0]})")
     return problems, report
 
 
@@ -189,14 +254,14 @@ def load_jsonl(
 ) -> tuple[list[Problem], LoadReport]:
     """Problems from a JSONL file; raises DataError naming the file and line for a bad row (or counts
     it with on_bad_row="skip"), and for a missing file or one without usable rows."""
-    if fmt not in _PARSERS:
-        raise DataError(f"{path}: unknown format {fmt!r}; use one of {sorted(_PARSERS)}")
+    if fmt != "auto" and fmt not in _PARSERS:
+        raise DataError(f"{path}: unknown format {fmt!r}; use one of {['auto', *sorted(_PARSERS)]}")
     path = Path(path)
 
     def convert(row: dict[str, Any], line_no: int) -> Problem:
-        question, gold, steps, extra = _row(row, fmt, question_key, answer_key)
+        question, context, gold, steps, extra = read_row(row, fmt, question_key, answer_key)
         return Problem(f"{path.stem}-{line_no}", question, gold, steps, source=f"{path}:{line_no}",
-                       columns=extra)
+                       columns=extra, context=context)
 
     return load_rows(path, convert, on_bad_row)
 
