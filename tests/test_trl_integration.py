@@ -14,7 +14,7 @@ datasets = pytest.importorskip("datasets")
 
 from mentor_fast.data.chat import HINT_HEADER
 from mentor_fast.data.ladder import make_problem
-from mentor_fast.integrations.trl import check_trl, mentor_config, mentor_rollout_func
+from mentor_fast.integrations.trl import DatasetRows, check_trl, mentor_config, mentor_rollout_func, with_hint
 
 G = 4
 
@@ -109,6 +109,12 @@ def test_mentor_rescues_all_fail_groups_inside_trls_trainer(trl, tmp_path, ladde
         assert all(HINT_HEADER.strip() not in tok.decode(prompts[i]) for i in range(len(prompts)) if i != hinted[0])
 
 
+def test_without_trl_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "trl", None)
+    with pytest.raises(ImportError, match=r"pip install 'mentor-fast\[trl\]'"):
+        mentor_rollout_func()
+
+
 def test_other_trl_versions_are_refused_by_name(trl, monkeypatch):
     check_trl()  # the installed one is a tested version
     monkeypatch.setattr(trl, "__version__", "1.17.0")
@@ -124,3 +130,22 @@ def test_other_trl_versions_are_refused_by_name(trl, monkeypatch):
 def test_settings_trls_loss_cannot_carry_are_refused(overrides, words):
     with pytest.raises(ValueError, match=words):
         mentor_config(overrides)
+
+
+def test_the_hint_goes_after_the_last_user_turn_in_both_prompt_forms():
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}]
+    assert with_hint(chat, "Add.") == [chat[0], {"role": "user", "content": "What is 2 + 3?" + HINT_HEADER + "Add."}]
+    assert chat[1]["content"] == "What is 2 + 3?"  # the dataset's prompt is left as it was
+    assert with_hint("What is 2 + 3?", "Add.") == "What is 2 + 3?" + HINT_HEADER + "Add."
+
+
+def test_rows_are_found_by_prompt_and_an_ambiguous_prompt_is_an_error():
+    chat = [{"role": "user", "content": "What is 2 + 3?"}]
+    rows = DatasetRows([{"prompt": "a", "answer": "1"}, {"prompt": chat, "answer": "5"},
+                        {"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}, {"prompt": "b", "answer": "3"}])
+    assert rows.find([dict(m) for m in chat]) == (1, {"prompt": chat, "answer": "5"})
+    assert rows.find("a") == (0, {"prompt": "a", "answer": "1"})  # duplicates that agree are one row
+    with pytest.raises(ValueError, match=r"rows \[3, 4\] share the prompt"):
+        rows.find("b")
+    with pytest.raises(KeyError, match="not in train_dataset"):
+        rows.find("c")
