@@ -34,7 +34,9 @@ def ladder_rows(n: int, solvable: list[bool]) -> list[dict]:
 
 def solved_when_hinted(completions, mentor_hint, solvable, **kwargs):
     """A user's reward function for a policy that solves a problem only when a hint is in its prompt,
-    and only the problems marked solvable (the random toy model solves nothing by itself)."""
+    and only the problems marked solvable (the random toy model solves nothing by itself). It logs
+    how many rows it scored."""
+    kwargs["log_metric"]("test/rows_scored", len(completions))
     return [1.0 if hint is not None and ok else 0.0 for hint, ok in zip(mentor_hint, solvable)]
 
 
@@ -91,6 +93,7 @@ def test_mentor_rescues_all_fail_groups_inside_trls_trainer(trl, tmp_path, ladde
     assert len(logs) == 2 and all(h["mentor/triggered"] == 2 and h["mentor/rescued"] == 1 for h in logs)
     assert all(h["mentor/all_fail_frac"] == 1.0 and h["mentor/level_1"] == 1 for h in logs)
     assert all(h["mentor/level_2"] == 1 and h["groups/all_fail_frac_after_mentor"] == 0.5 for h in logs)
+    assert all(h["test/rows_scored"] == 2 * G for h in logs)  # TRL's batch only, not the mentor's scoring
 
     dumps = [json.loads(line) for line in (tmp_path / "mentor.jsonl").read_text().splitlines()]
     assert len(dumps) == 4 and sorted(d["rescued"] for d in dumps) == [False, False, True, True]
