@@ -114,11 +114,11 @@ def test_two_ranks_match_one_rank_with_the_mentor_and_resume_on_two_and_on_one(t
     collapse detector match one rank's; mentor.jsonl holds every rank's rows. Shared-prompt forward
     and skip-zero-advantage on (the defaults): at step 2 every group of rank 1 has zero advantage
     (re-rolls included), so rank 1 computes nothing and joins every collective empty. The 2-rank
-    run resumed from its step-2 checkpoint on 2 ranks continues as the uninterrupted one; the
-    checkpoint also resumes on 1 rank."""
+    run's step-2 checkpoint resumes on 1 rank as the uninterrupted run goes on (on 2 ranks:
+    test_a_two_rank_checkpoint_resumes_on_two_ranks, slow)."""
     mentor = ["mentor.enable=true", "mentor.reroll.count=2", "trainer.save_every=2",
               "model.gradient_checkpointing=true"]  # activation checkpointing inside the FSDP2 unit
-    one, two, part = tmp_path / "one", tmp_path / "two", tmp_path / "part"
+    one, two = tmp_path / "one", tmp_path / "two"
     fn = "flat_on_rank_1_at_step_2"
     _ok(_train(one, 1, rewards_dir, *mentor, "trainer.max_steps=4", fn=fn))
     _ok(_train(two, 2, rewards_dir, *mentor, "trainer.max_steps=4", fn=fn))
@@ -139,13 +139,21 @@ def test_two_ranks_match_one_rank_with_the_mentor_and_resume_on_two_and_on_one(t
     AutoModelForCausalLM.from_pretrained(ckpt / "policy")  # the policy is a plain HF folder
     on_one = tmp_path / "on_one"
     _ok(_train(on_one, 1, rewards_dir, *mentor, "trainer.max_steps=3", resume=ckpt, fn=fn))
-    _ok(_train(part, 2, rewards_dir, *mentor, "trainer.max_steps=4", resume=ckpt, fn=fn))
-    assert [r["step"] for r in read_metrics(part / "metrics.jsonl")] == [3, 4]
-    for got, want in zip(read_metrics(part / "metrics.jsonl"), rows[2:]):
-        assert comparable(got) == pytest.approx(comparable(want), rel=1e-5, abs=1e-7), want["step"]
     resumed = read_metrics(on_one / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [3]
     assert comparable(resumed[0]) == pytest.approx(comparable(rows[2]), rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.slow  # ~60 s: three 2-rank launches
+def test_a_two_rank_checkpoint_resumes_on_two_ranks(tmp_path, rewards_dir):
+    """A 2-rank MENTOR run resumed from its step-2 checkpoint on 2 ranks continues as the
+    uninterrupted one: every rank gets back its own state (hints in flight included)."""
+    mentor = ["mentor.enable=true", "mentor.reroll.count=2", "trainer.save_every=2"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    _ok(_train(full, 2, rewards_dir, *mentor, "trainer.max_steps=4"))
+    _ok(_train(part, 2, rewards_dir, *mentor, "trainer.max_steps=2"))
+    _ok(_train(part, 2, rewards_dir, *mentor, "trainer.max_steps=4", resume=part / "checkpoints" / "step_000002"))
+    _same_rows(full, part)
 
 
 def test_fault_injection_a_killed_rank_stops_the_run_and_keeps_the_checkpoint(tmp_path, rewards_dir):

@@ -91,7 +91,7 @@ def test_sources_draw_each_round_from_a_stream_of_its_own(tmp_path):
 
 
 def test_dropped_groups_never_reach_the_update_and_a_second_round_fills_the_batch(tmp_path, monkeypatch):
-    trainer = Trainer(_cfg(tmp_path, monkeypatch, "rollout.dynamic_sampling=true", "trainer.max_steps=2"))
+    trainer = Trainer(_cfg(tmp_path, monkeypatch, "rollout.dynamic_sampling=true", "trainer.max_steps=1"))
     trained = _trained_groups(trainer)
     out = trainer.fit()
     rows = read_metrics(out / "metrics.jsonl")

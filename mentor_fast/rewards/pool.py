@@ -6,7 +6,10 @@ keeps sympy busy for minutes). Each worker checks one item at a time in its own 
 math-verify's signal timeouts on as a cheap first line; the parent kills a worker whose item passes
 `timeout_s`, scores that item 0 as a timeout, and starts a replacement. Workers are started with
 "spawn" (safe with torch and its threads in the parent), lazily on first use, and are joined when
-killed or closed, so no zombies are left.
+killed or closed, so no zombies are left. They fork from Python's fork server, a clean process that
+has imported math-verify (and sympy) once: a worker, and the replacement of a killed one, starts in
+milliseconds instead of importing them again (about 1.6 s on a 2-core machine), and the fork
+server is as safe with torch's threads in the parent as "spawn" is.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from mentor_fast.rewards.math import Status, Verdict, verify
 from mentor_fast.types import Problem
 
 _START_TIMEOUT_S = 120.0  # a worker that cannot import math-verify in this long is an error
+_PRELOAD = ["__main__", "mentor_fast.rewards.pool", "math_verify"]  # imported once, in the fork server
 
 
 class VerifierPoolError(RuntimeError):
@@ -91,7 +95,8 @@ class MathVerifierPool:
         # Inside a worker a completion costs up to 2 signal-timed calls (parse, compare); keep their
         # sum near timeout_s. signal.alarm takes whole seconds.
         self._inner = max(1, int(timeout_s // 2)) if signal_timeouts else None
-        self._ctx = mp.get_context("spawn")
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(_PRELOAD)  # no effect once the fork server runs
         self._pool: list[_Worker] = []
         self.counters = PoolCounters()
 
