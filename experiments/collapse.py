@@ -175,6 +175,10 @@ def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float, group: int)
         "generated_tokens_total": sum(r["response_length/mean"] * r["groups/count"] * group
                                       + r.get("dynamic_sampling/extra_tokens", 0.0) for r in post),
         "groups_trained_total": sum(r["batch/sequences"] / group for r in post),
+        # groups with a signal: dynamic sampling's kept ones, else the initial groups neither all
+        # failed nor all passed (binary rewards; a method's rescues are in rescued_total)
+        "signal_groups_total": sum(r.get("dynamic_sampling/groups_kept", r["groups/count"] * (
+            1.0 - r["groups/all_fail_frac"] - r["groups/all_pass_frac"])) for r in post),
     }
 
 
