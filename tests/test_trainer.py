@@ -97,18 +97,27 @@ def _cli(*args, cwd=None):
                           cwd=cwd, timeout=300, check=False)
 
 
-def test_unknown_key_fails_at_once_naming_it():
-    proc = _cli("train", "--config", "configs/demo_cpu.yaml", "no_such_key=1")
-    assert proc.returncode == 2
-    assert "no_such_key" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def _cli_here(capsys, *args) -> tuple[int, str]:
+    """The CLI's main in this process (what `mentor-fast ARGS` runs, without a fresh interpreter's
+    imports; test_config.py runs the real command once): its exit code and stderr. An uncaught
+    exception, which a user would see as a traceback, fails the test."""
+    from mentor_fast.cli import main
+
+    capsys.readouterr()
+    rc = main(list(args))
+    return rc, capsys.readouterr().err
 
 
-def test_wrong_type_names_key_and_close_match():
-    proc = _cli("train", "--config", TINY, "trainer.max_step=x")
-    assert proc.returncode == 2 and "trainer.max_steps" in proc.stderr
-    proc = _cli("train", "--config", TINY, "rollout.temperature=hot")
-    assert proc.returncode == 2 and "rollout.temperature" in proc.stderr
+def test_unknown_key_fails_at_once_naming_it(capsys):
+    rc, err = _cli_here(capsys, "train", "--config", "configs/demo_cpu.yaml", "no_such_key=1")
+    assert rc == 2 and "no_such_key" in err
+
+
+def test_wrong_type_names_key_and_close_match(capsys):
+    rc, err = _cli_here(capsys, "train", "--config", TINY, "trainer.max_step=x")
+    assert rc == 2 and "trainer.max_steps" in err
+    rc, err = _cli_here(capsys, "train", "--config", TINY, "rollout.temperature=hot")
+    assert rc == 2 and "rollout.temperature" in err
 
 
 def test_cross_field_checks_name_the_key():
@@ -128,14 +137,12 @@ def test_cross_field_checks_name_the_key():
     ],
     ids=["missing-answer", "empty-file", "non-utf8"],
 )
-def test_bad_data_gives_clear_error_naming_file_and_line(tmp_path, content, needle):
+def test_bad_data_gives_clear_error_naming_file_and_line(tmp_path, capsys, content, needle):
     data = tmp_path / "bad.jsonl"
     data.write_bytes(content)
-    proc = _cli("train", "--config", TINY, f"output_dir={tmp_path / 'run'}", "data.source=jsonl",
-                f"data.path={data}", "data.format=gsm8k")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "bad.jsonl" in proc.stderr and needle in proc.stderr, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+    rc, err = _cli_here(capsys, "train", "--config", TINY, f"output_dir={tmp_path / 'run'}", "data.source=jsonl",
+                        f"data.path={data}", "data.format=gsm8k")
+    assert rc == 2 and "bad.jsonl" in err and needle in err, err[-2000:]
 
 
 def test_long_prompts_are_dropped_and_counted(tmp_path):

@@ -80,6 +80,7 @@ def test_weight_sync_timeout_stops_the_run_and_keeps_the_last_checkpoint(tmp_pat
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
 
 
+@pytest.mark.slow  # ~45 s; during_update runs by default through the server (test_server.py)
 def test_rerolls_generated_during_the_update_by_the_policy_before_it(tmp_path):
     """mentor.reroll.schedule=during_update: step t's first re-roll round is generated in the mentor's
     thread while step t's update runs, by the engine's pre-update weights (version t-1), and step
