@@ -17,6 +17,8 @@ from collections.abc import Callable
 import torch
 
 from mentor_fast.compat import StrEnum
+from mentor_fast.kernels.enums import ISMode
+from mentor_fast.kernels.mismatch import mismatch_weights
 
 
 class Weighting(StrEnum):
@@ -27,7 +29,7 @@ class Weighting(StrEnum):
 def _truncated_is(param: float, old: torch.Tensor, sampler: torch.Tensor) -> torch.Tensor:
     if param <= 0:
         return torch.ones_like(old)
-    return torch.minimum((old - sampler).exp(), torch.tensor(param, dtype=old.dtype))
+    return mismatch_weights(old, sampler, ISMode.TOKEN_TRUNCATE, cap=param)  # the loss's own token rule
 
 
 def _shaping(param: float, old: torch.Tensor, sampler: torch.Tensor) -> torch.Tensor:
