@@ -1,5 +1,7 @@
-"""Metric sinks: metrics.jsonl (always), TensorBoard, W&B (when installed and asked for), a rich
-progress bar, and report.png at the end of a run."""
+"""A step's metrics and their sinks: the initial groups' and the batch's metrics from exact sums over
+ranks (group_metrics, batch_metrics), how the other per-rank metrics are reduced, and the sinks:
+metrics.jsonl (always), TensorBoard, W&B (when installed and asked for), a rich progress bar, and
+report.png at the end of a run."""
 
 from __future__ import annotations
 
@@ -8,9 +10,14 @@ import math
 import resource
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from mentor_fast.algo.batch import TrainBatch
+    from mentor_fast.dist import Dist
+    from mentor_fast.types import Group
 
 
 def peak_rss_gb() -> float:
@@ -185,3 +192,43 @@ def write_report(metrics_path: Path, out_png: Path, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
+
+
+def group_metrics(groups: list[Group], dist: Dist | None = None) -> dict[str, float]:
+    """Metrics of the initial (unhinted) rollouts, over every rank's groups."""
+    rollouts = [r for g in groups for r in g.rollouts]
+    rewards = [r.reward for r in rollouts]
+    lens = [len(r.completion_ids) for r in rollouts]
+    sums = [len(groups), len(rollouts), sum(rewards), sum(x * x for x in rewards), sum(r.correct for r in rollouts),
+            sum(g.all_fail for g in groups), sum(g.all_pass for g in groups), sum(lens),
+            sum(r.truncated for r in rollouts)]
+    if dist is not None and dist.enabled:
+        sums = dist.sum(sums).tolist()
+        longest = float(dist.max([max(lens, default=0)])[0])
+    else:
+        longest = float(max(lens, default=0))
+    n_groups, n, reward, reward_sq, correct, all_fail, all_pass, length, truncated = sums
+    if not n:
+        return {"groups/count": float(n_groups)}
+    mean = reward / n
+    return {
+        "reward/mean": mean,
+        "reward/std": max(0.0, reward_sq / n - mean * mean) ** 0.5,
+        "acc": correct / n,
+        "groups/count": n_groups,
+        "groups/all_fail_frac": all_fail / n_groups,
+        "groups/all_pass_frac": all_pass / n_groups,
+        "response_length/mean": length / n,
+        "response_length/max": longest,
+        "response_length/clip_frac": truncated / n,
+    }
+
+
+def batch_metrics(batch: TrainBatch, dist: Dist | None = None) -> dict[str, float]:
+    """signal_yield: the share of generated tokens whose advantage is non-zero (i.e. that teach)."""
+    lens = batch.completion_lens.double()
+    sums = [float(lens.sum()), float((lens * (batch.advantages != 0).double()).sum()), float(batch.num_seqs)]
+    if dist is not None and dist.enabled:
+        sums = dist.sum(sums).tolist()
+    total, useful, seqs = sums
+    return {"signal_yield": useful / total if total else 0.0, "batch/tokens": total, "batch/sequences": seqs}

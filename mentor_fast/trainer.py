@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mentor_fast.algo.batch import TrainBatch, build_train_batch
+from mentor_fast.algo.batch import build_train_batch
 from mentor_fast.checkpoint import (
     latest_checkpoint,
     load_optimizer,
@@ -41,7 +41,15 @@ from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.kernels import GRPOOptions
 from mentor_fast.method import Method, NoMethod, RolloutPlan
-from mentor_fast.metrics import MetricsLogger, peak_mem_gb, reduce_metrics, to_scalars, write_report
+from mentor_fast.metrics import (
+    MetricsLogger,
+    batch_metrics,
+    group_metrics,
+    peak_mem_gb,
+    reduce_metrics,
+    to_scalars,
+    write_report,
+)
 from mentor_fast.models import (
     ModelError,
     apply_liger,
@@ -411,43 +419,3 @@ class Trainer:
         self.scorer.close()
         self.engine.close()
         self.dist.close()
-
-
-def group_metrics(groups: list[Group], dist: Dist | None = None) -> dict[str, float]:
-    """Metrics of the initial (unhinted) rollouts, over every rank's groups."""
-    rollouts = [r for g in groups for r in g.rollouts]
-    rewards = [r.reward for r in rollouts]
-    lens = [len(r.completion_ids) for r in rollouts]
-    sums = [len(groups), len(rollouts), sum(rewards), sum(x * x for x in rewards), sum(r.correct for r in rollouts),
-            sum(g.all_fail for g in groups), sum(g.all_pass for g in groups), sum(lens),
-            sum(r.truncated for r in rollouts)]
-    if dist is not None and dist.enabled:
-        sums = dist.sum(sums).tolist()
-        longest = float(dist.max([max(lens, default=0)])[0])
-    else:
-        longest = float(max(lens, default=0))
-    n_groups, n, reward, reward_sq, correct, all_fail, all_pass, length, truncated = sums
-    if not n:
-        return {"groups/count": float(n_groups)}
-    mean = reward / n
-    return {
-        "reward/mean": mean,
-        "reward/std": max(0.0, reward_sq / n - mean * mean) ** 0.5,
-        "acc": correct / n,
-        "groups/count": n_groups,
-        "groups/all_fail_frac": all_fail / n_groups,
-        "groups/all_pass_frac": all_pass / n_groups,
-        "response_length/mean": length / n,
-        "response_length/max": longest,
-        "response_length/clip_frac": truncated / n,
-    }
-
-
-def batch_metrics(batch: TrainBatch, dist: Dist | None = None) -> dict[str, float]:
-    """signal_yield: the share of generated tokens whose advantage is non-zero (i.e. that teach)."""
-    lens = batch.completion_lens.double()
-    sums = [float(lens.sum()), float((lens * (batch.advantages != 0).double()).sum()), float(batch.num_seqs)]
-    if dist is not None and dist.enabled:
-        sums = dist.sum(sums).tolist()
-    total, useful, seqs = sums
-    return {"signal_yield": useful / total if total else 0.0, "batch/tokens": total, "batch/sequences": seqs}
