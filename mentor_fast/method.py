@@ -10,14 +10,23 @@
 The trainer knows nothing else of a method: its state, its budget and its loss treatment live with
 it, and what it wants done differently to a sequence reaches the update as data on the rollout
 (`Rollout.weighting`, `Rollout.extra_terms`). `NoMethod` is vanilla GRPO.
+
+The config key `method` picks one from METHODS (grpo, mentor, scaf, luffy), built from a
+`MethodContext`: a new method is a module with a `build(ctx)` and one line here, not a change to
+the trainer.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
+from mentor_fast.config import RunConfig
+from mentor_fast.config.baselines import MethodKind
+from mentor_fast.dist import Dist
 from mentor_fast.rollout.base import Request
 from mentor_fast.types import Group, Problem, Sample
 
@@ -73,3 +82,41 @@ class NoMethod:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class MethodContext:
+    """What the trainer lends a method: the resolved run config, the rollout engine (`generate_many`)
+    and tokenizer, the prompt builder, score (fills reward/correct of rollouts in place),
+    sampling(step, stream) (the step's sampling parameters; stream 1: a method's own rollouts), G,
+    the run folder, the ranks and the torch device's name."""
+
+    cfg: RunConfig
+    engine: Any
+    tokenizer: Any
+    builder: Any
+    score: Callable[[list], Any]
+    sampling: Callable[[int, int], Any]
+    num_generations: int
+    out: Path
+    dist: Dist
+    device: str = "cpu"
+
+
+def _no_method(ctx: MethodContext) -> NoMethod:
+    return NoMethod()
+
+
+# method -> "module:function" building it from a MethodContext (imported only when chosen)
+METHODS: dict[MethodKind, str] = {
+    MethodKind.GRPO: f"{__name__}:_no_method",
+    MethodKind.MENTOR: "mentor_fast.mentor.method:build",
+    MethodKind.SCAF: "mentor_fast.baselines.scaf:build",
+    MethodKind.LUFFY: "mentor_fast.baselines.luffy:build",
+}
+
+
+def build_method(ctx: MethodContext) -> Method:
+    """The method `ctx.cfg.method` names (resolved: auto is mentor or grpo by then)."""
+    module, name = METHODS[MethodKind(ctx.cfg.method)].split(":")
+    return getattr(importlib.import_module(module), name)(ctx)

@@ -40,7 +40,7 @@ from mentor_fast.config.schema import GROUPS_PER_STEP
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.kernels import GRPOOptions
-from mentor_fast.method import Method, NoMethod, RolloutPlan
+from mentor_fast.method import Method, MethodContext, RolloutPlan, build_method
 from mentor_fast.metrics import (
     MetricsLogger,
     batch_metrics,
@@ -183,15 +183,9 @@ class Trainer:
         return torch_dtype(name)
 
     def _build_method(self) -> Method:
-        cfg = self.cfg
-        if not cfg.mentor.enable:
-            return NoMethod()
-        from mentor_fast.mentor import Mentor, MentorMethod
-
-        mentor = Mentor.from_config(cfg.mentor, self.builder, engine=self.engine, tokenizer=self.tokenizer,
-                                    seed=cfg.seed, device=str(self.device))
-        return MentorMethod(cfg.mentor, mentor, self.engine, self.scorer.score, self.sampling,
-                            cfg.rollout.num_generations, self.out / "mentor.jsonl", dist=self.dist)
+        return build_method(MethodContext(self.cfg, self.engine, self.tokenizer, self.builder, self.scorer.score,
+                                          self.sampling, self.cfg.rollout.num_generations, self.out, self.dist,
+                                          str(self.device)))
 
     # ---------------------------------------------------------------- resume
     def _find_resume(self, resume) -> Path | None:

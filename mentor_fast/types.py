@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "cut"]  # cut: stopped by a re-roll horizon; never trained on
-Origin = Literal["initial", "mentor"]
+Origin = Literal["initial", "mentor", "expert"]  # expert: a sequence no policy sampled (method=luffy)
 
 
 @dataclass(frozen=True)

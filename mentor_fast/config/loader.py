@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
+from mentor_fast.config.baselines import MethodKind
 from mentor_fast.config.mentor import RerollSchedule
 from mentor_fast.config.schema import (
     CODE_SYSTEM_PROMPT,
@@ -220,6 +221,11 @@ def resolve(cfg: RunConfig) -> None:
         cfg.data.system_prompt = CODE_SYSTEM_PROMPT if cfg.reward.kind == "code" else MATH_SYSTEM_PROMPT
     if cfg.mentor.task == "auto":
         cfg.mentor.task = cfg.reward.kind
+    if cfg.method == MethodKind.AUTO:
+        cfg.method = MethodKind.MENTOR if cfg.mentor.enable else MethodKind.GRPO
+    elif cfg.mentor.enable and cfg.method != MethodKind.MENTOR:
+        raise ConfigError(f"mentor.enable=true and method={cfg.method}: mentor.enable is method=mentor; set one")
+    cfg.mentor.enable = cfg.method == MethodKind.MENTOR
 
 
 def _code_data(cfg: RunConfig) -> bool:

@@ -62,6 +62,10 @@ class AgentsConfig:
     """LLM backends: token limit of a diagnosis."""
     hint_max_tokens: Annotated[int, Range(ge=1)] = 256
     """LLM backends: token limit of one hint."""
+    blind: bool = False
+    """The writer never sees the failed attempts: it diagnoses and hints from the problem and its
+    worked solution alone, as it would before any attempt (an ablation: what the diagnosis of the
+    failures adds; mentor/writers/blind.py)."""
     attempts: Annotated[int, Range(ge=1)] = 3
     """Failed attempts shown to the diagnoser (chosen to cover distinct final answers)."""
     attempt_chars: Annotated[int, Range(ge=2)] = 1200

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
+from mentor_fast.config.baselines import LuffyConfig, MethodKind, ScafConfig
 from mentor_fast.config.mentor import (  # noqa: F401 - part of the schema, re-exported
     AgentsConfig,
     MentorConfig,
@@ -332,5 +333,12 @@ class RunConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    method: MethodKind = MethodKind.AUTO
+    """What helps a group whose rollouts all fail: grpo (nothing: vanilla GRPO), mentor (MENTOR,
+    `mentor.*`), scaf (Scaf-GRPO's static tiered hints, `scaf.*`) or luffy (LUFFY's off-policy worked
+    solutions, `luffy.*`); auto: mentor when mentor.enable, else grpo. The baselines take MENTOR's
+    budget knobs (mentor.trigger, mentor.reroll)."""
     mentor: MentorConfig = field(default_factory=MentorConfig)
+    scaf: ScafConfig = field(default_factory=ScafConfig)
+    luffy: LuffyConfig = field(default_factory=LuffyConfig)
     dist: DistConfig = field(default_factory=DistConfig)

@@ -31,6 +31,7 @@ class Intervention:
     rescue_level: int | None = None
     no_hint_reason: str | None = None  # garbage, error, guard, deadline, too_long
     cut: int = 0  # re-rolls cut by the rider horizon: dropped unscored, in no round
+    cut_tokens: int = 0  # the tokens the cut re-rolls had decoded
     garbage: int = 0
     latency_s: float = 0.0
     policy_version: int | None = None

@@ -41,7 +41,7 @@ from mentor_fast.dist import Dist
 from mentor_fast.mentor.backends import BackendKind
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
 from mentor_fast.mentor.rerolls import RerollRequest
-from mentor_fast.method import RolloutPlan
+from mentor_fast.method import MethodContext, RolloutPlan
 from mentor_fast.types import Group, GroupSummary, Problem, Rollout, Sample
 
 
@@ -270,3 +270,12 @@ class MentorMethod:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def build(ctx: MethodContext) -> MentorMethod:
+    """method=mentor: the mentor of `mentor.*`, its intervention log in mentor.jsonl."""
+    cfg = ctx.cfg
+    mentor = Mentor.from_config(cfg.mentor, ctx.builder, engine=ctx.engine, tokenizer=ctx.tokenizer,
+                                seed=cfg.seed, device=ctx.device)
+    return MentorMethod(cfg.mentor, mentor, ctx.engine, ctx.score, ctx.sampling, ctx.num_generations,
+                        ctx.out / "mentor.jsonl", dist=ctx.dist)

@@ -25,6 +25,7 @@ from mentor_fast.mentor.rescue import assemble_rescues
 from mentor_fast.mentor.scheduler import Scheduler, StepPlan
 from mentor_fast.mentor.tasks import TaskKind
 from mentor_fast.mentor.writers.base import Agents, Failed, MentorBackend
+from mentor_fast.mentor.writers.blind import BlindAgents
 from mentor_fast.mentor.writers.solutions import WorkedSolutions
 from mentor_fast.types import Group, GroupSummary, Hint, Sample
 
@@ -60,7 +61,8 @@ class Mentor:
     """MENTOR wired together: scheduler, agents (backend), leak guard, re-rolls, assembly.
 
     cfg: a resolved MentorConfig (its task math or code). backend: a text backend
-    (self/local/openai, wrapped in LLMAgents), `WorkedSolutions`, or ready agents. builder:
+    (self/local/openai, wrapped in LLMAgents), `WorkedSolutions`, or ready agents (blind to the
+    attempts with cfg.agents.blind). scheduler: default, one of cfg.trigger. builder:
     `encode(problem, hint) -> ids` (the PromptBuilder contract, see `Rerolls`). decode: completion
     ids -> text (default: builder.tokenizer.decode). Not thread-safe against itself except for the
     documented split: `write_hints` (any thread) then `reroll` + `finish` (the trainer's).
@@ -74,6 +76,7 @@ class Mentor:
         *,
         decode: Callable[[list[int]], str] | None = None,
         guard: LeakGuard | None = None,
+        scheduler: Scheduler | None = None,
         seed: int = 0,
     ) -> None:
         a = cfg.agents
@@ -83,9 +86,11 @@ class Mentor:
             backend, fused=a.fused_call, temperature=a.temperature, attempt_chars=a.attempt_chars,
             max_tokens=a.max_tokens, hint_max_tokens=a.hint_max_tokens,
         )
+        if a.blind:
+            self.agents = BlindAgents(self.agents)
         self.decode = decode or _tokenizer_decode(builder)
         self.guard = guard or LeakGuard()
-        self.scheduler = Scheduler(cfg.trigger, seed=seed)
+        self.scheduler = scheduler or Scheduler(cfg.trigger, seed=seed)
         self.rerolls = Rerolls(cfg.reroll, cfg.loss.mode, builder, self.decode)
 
     @classmethod

@@ -24,6 +24,9 @@ def step_metrics(plan: StepPlan | None, ivs: list[Intervention], out: list[Group
         "mentor/reroll_s": plan.reroll_s if plan else 0.0,
         "mentor/rerolls": sum(len(iv.rerolls) for iv in ivs),
         "mentor/rerolls_cut": sum(iv.cut for iv in ivs),
+        # what the re-rolls cost: every token decoded, the cut re-rolls' included
+        "mentor/reroll_tokens": sum(len(r.completion_ids) for iv in ivs for r in iv.rerolls)
+        + sum(iv.cut_tokens for iv in ivs),
         "mentor/leak_rejects": sum(rejects.values()),
         "mentor/graduations": graduations,
         "groups/all_fail_frac_after_mentor": sum(g.all_fail for g in out) / len(out) if out else 0.0,

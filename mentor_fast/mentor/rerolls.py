@@ -120,6 +120,7 @@ class Rerolls:
         for iv, ids, ss in zip(request.active, request.prompts, samples):
             # A re-roll cut by the horizon has no answer yet: it is neither a failure nor trained on.
             iv.cut += sum(s.finish_reason == "cut" for s in ss)
+            iv.cut_tokens += sum(len(s.token_ids) for s in ss if s.finish_reason == "cut")
             iv.rounds.append([self._rollout(iv, ids, s) for s in ss if s.finish_reason != "cut"])
             iv.hints.append(iv.hint)
             iv.policy_version = policy_version

@@ -29,7 +29,7 @@ def treat(group: Group, cfg: MentorLossConfig) -> Group:
                  "shaping": TokenWeighting("shaping", cfg.shaping_gamma)}.get(cfg.mode)
     rollouts = []
     for r in group.rollouts:
-        if r.origin == "mentor":
+        if r.origin != "initial":
             hinted = r.behaviour_prompt_ids or r.prompt_ids
             terms = ()
             if cfg.distill_coef > 0 and LossMode(cfg.mode) != LossMode.GROUP and hinted != group.prompt_ids:

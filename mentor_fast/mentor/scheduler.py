@@ -13,6 +13,8 @@
 - Memory per problem id: the level that last rescued it (the next start is one lower, min 1, a
   fading scaffold), the collapse streak, and graduations: problems rescued with a hint earlier and
   later solved without help, counted once per problem.
+A static scheduler (`static=True`, Scaf-GRPO's) starts every group at cfg.start_level, with no
+fading, and lets no surge into its exemption period.
 All state is JSON-serialisable (`state_dict` / `load_state_dict`) for checkpoints.
 """
 
@@ -97,10 +99,11 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, cfg: TriggerConfig, seed: int = 0, keep_hints: int = 3) -> None:
+    def __init__(self, cfg: TriggerConfig, seed: int = 0, keep_hints: int = 3, static: bool = False) -> None:
         """cfg.exempt_steps: no interventions before this step unless a surge is open (about 10% of
         the run; 0 disables). cfg.collapse_patience: consecutive steps for a collapse event."""
         self.cfg, self.seed, self.keep_hints, self.exempt_steps = cfg, seed, keep_hints, cfg.exempt_steps
+        self.static = static
         self.detector = CollapseDetector(
             cfg.ema, cfg.collapse_delta, cfg.collapse_abs, cfg.surge_steps, cfg.collapse_patience
         )
@@ -121,7 +124,8 @@ class Scheduler:
                 self._observe(g, step)
             eligible = [g for g in groups if g.size and g.all_fail]
             frac = self.cfg.surge_groups_frac if surge else self.cfg.max_groups_frac
-            cap = math.ceil(frac * len(groups) - 1e-9) if (surge or step >= self.exempt_steps) else 0
+            exempt = step < self.exempt_steps and (self.static or not surge)
+            cap = 0 if exempt else math.ceil(frac * len(groups) - 1e-9)
             eligible.sort(key=lambda g: (-self.memory[g.problem_id].streak, self._tiebreak(step, g)))
             selected = [(g, self._start_level(g.problem_id)) for g in eligible[:cap]]
             return StepPlan(step, len(groups), z, event, surge, cap, len(eligible), selected)
@@ -148,7 +152,7 @@ class Scheduler:
 
     def _start_level(self, problem_id: str) -> int:
         rec = self.memory.get(problem_id)
-        if rec is None or rec.level is None:
+        if self.static or rec is None or rec.level is None:
             return min(MAX_LEVEL, max(MIN_LEVEL, self.cfg.start_level))
         return max(MIN_LEVEL, rec.level - 1)
 

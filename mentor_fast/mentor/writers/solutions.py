@@ -10,7 +10,7 @@ from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis
 from mentor_fast.mentor.tasks import TaskKind, task_for
 from mentor_fast.mentor.writers.base import Failed
-from mentor_fast.types import Problem, Rollout
+from mentor_fast.types import Problem
 
 
 class WorkedSolutions:
@@ -39,11 +39,9 @@ class WorkedSolutions:
 
 
 def cold_hint(problem: Problem, level: int) -> str:
-    """The worked-solutions writer's level-`level` hint for `problem` before any attempt was seen:
-    the hint a group gets whose attempts wrote no intermediate result, so the first solution step
-    is the one pointed at. Used to teach hint-following and to measure how much a level helps."""
-    empty = Rollout(problem=problem, group_id=0, prompt_ids=[], completion_ids=[], sampler_logprobs=[],
-                    text="", finish_reason="stop", policy_version=0)
+    """The worked-solutions writer's level-`level` hint for `problem` before any attempt was seen
+    (what it writes blind, mentor/writers/blind.py): the first solution step is the one pointed at.
+    Used to teach hint-following and to measure how much a level helps."""
     task = task_for(TaskKind.MATH, problem.code)
-    case = FailureCase(problem=problem, attempts=[empty], group_size=1, answers={}, kind=task.kind)
+    case = FailureCase(problem=problem, attempts=[], group_size=1, answers={}, kind=task.kind)
     return task.hint(case, task.diagnose(case), level)
