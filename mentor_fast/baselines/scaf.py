@@ -49,17 +49,21 @@ def scaf_config(cfg: RunConfig) -> MentorConfig:
     """MENTOR's config as Scaf runs it: cfg.mentor's budget, the rest Scaf's own."""
     m = copy.deepcopy(cfg.mentor)
     m.agents = dataclasses.replace(m.agents, backend=BackendKind.WORKED_SOLUTIONS, blind=True)
-    m.trigger = dataclasses.replace(m.trigger, start_level=TIERS[0],
-                                    exempt_steps=math.ceil(cfg.scaf.exempt_frac * cfg.trainer.max_steps))
+    exempt = math.ceil(cfg.scaf.exempt_frac * cfg.trainer.max_steps - 1e-9)  # steps 1 .. exempt
+    m.trigger = dataclasses.replace(m.trigger, start_level=TIERS[0], exempt_steps=exempt + 1)
     m.reroll = dataclasses.replace(m.reroll, max_rounds=len(TIERS))
     m.loss = dataclasses.replace(m.loss, mode="replace", distill_coef=0.0)
     return m
 
 
-def build(ctx: MethodContext) -> MentorMethod:
-    cfg = ctx.cfg
+def scaf_mentor(cfg: RunConfig, builder) -> Mentor:
+    """The mentor Scaf runs on: the worked-solutions writer, blind, under a static scheduler."""
     m = scaf_config(cfg)
-    mentor = Mentor(m, WorkedSolutions(), ctx.builder, seed=cfg.seed,
-                    scheduler=Scheduler(m.trigger, seed=cfg.seed, static=True))
-    return MentorMethod(m, mentor, ctx.engine, ctx.score, ctx.sampling, ctx.num_generations,
+    return Mentor(m, WorkedSolutions(), builder, seed=cfg.seed,
+                  scheduler=Scheduler(m.trigger, seed=cfg.seed, static=True))
+
+
+def build(ctx: MethodContext) -> MentorMethod:
+    mentor = scaf_mentor(ctx.cfg, ctx.builder)
+    return MentorMethod(mentor.cfg, mentor, ctx.engine, ctx.score, ctx.sampling, ctx.num_generations,
                         ctx.out / "scaf.jsonl", dist=ctx.dist)
