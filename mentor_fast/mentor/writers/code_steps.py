@@ -167,24 +167,25 @@ def _text(table: dict[str, str], a: CodeAnalysis) -> str:
     return template.format(**_fields(a))
 
 
-def _plan(a: CodeAnalysis) -> str:
+def _plan(a: CodeAnalysis, seen: bool) -> str:
+    """seen: the writer saw attempts (blind, the step is the first one, and the hint says only that)."""
     if not a.steps:
         return _STOCK_PLAN
+    mark = " (your attempts miss this step)" if seen else " (start here)"
     items: list[str] = []
     for i, step in enumerate(a.steps):
-        item = f"{i + 1}) {step.strip().rstrip('.')}" + (
-            " (your attempts miss this step)" if i == a.missing else ""
-        )
+        item = f"{i + 1}) {step.strip().rstrip('.')}" + (mark if i == a.missing and (seen or i) else "")
         if items and len(" ".join([*items, item]).split()) > PLAN_WORDS:
             break
         items.append(item)
     return "Plan: " + "; ".join(items) + ". Write the code yourself and check it on the question's examples."
 
 
-def _concrete(a: CodeAnalysis) -> str:
+def _concrete(a: CodeAnalysis, seen: bool) -> str:
     if a.missing is not None:
         step = a.steps[a.missing].strip().rstrip(".")
-        return f"The step your attempts lack: {step}. Do this in your own code."
+        lead = "The step your attempts lack" if seen else "Start with this step"
+        return f"{lead}: {step}. Do this in your own code."
     if a.kind not in ("wrong_output", "exception", "other") or a.prints_instead:
         return ""  # a blocker (syntax, signature, import, ...): its fix is the concrete step
     where = a.input_kind or "the first example of the question"
@@ -199,5 +200,6 @@ def hint(case: FailureCase, diagnosis: Diagnosis, level: int) -> str:
     a = analyse(case)
     if level == 1:
         return _text(_POINTER, a) or _POINTER["other"]
-    body = _plan(a) if level == 2 else _concrete(a)
+    seen = bool(case.attempts)
+    body = _plan(a, seen) if level == 2 else _concrete(a, seen)
     return f"{_text(_FIX, a)} {body}".strip()
