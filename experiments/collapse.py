@@ -1,51 +1,79 @@
 #!/usr/bin/env python
-"""Zero-reward collapse and recovery: vanilla GRPO vs MENTOR through a sudden difficulty jump.
+"""Zero-reward collapse and recovery: GRPO, two baselines and MENTOR through a sudden difficulty jump.
 
-    .venv/bin/python experiments/collapse.py --seeds 1 --out runs/collapse
+    .venv/bin/python experiments/collapse.py --seeds 2 --out runs/collapse
+    .venv/bin/python experiments/collapse.py --task code --seeds 2 --out runs/collapse_code
 
 Per seed: (0) a short supervised warm-up on worked solutions of the easy levels (see sft_warmup:
 the embedded model cannot do the ladder at all without it); (1) a shared GRPO warm-up on the easy
-levels (vanilla GRPO; the mentor has nothing to do there), saved as the common start; (2) from
-that start, the same number of post-jump steps on the jumped level for vanilla GRPO and for
-MENTOR (same seed, so the same prompts and sampling seeds for the initial rollouts); (3) both
-final policies are evaluated on held-out problems of the jumped level without hints. Writes
-DIR/summary.json = {"vanilla": {...}, "mentor": {...}, "setup": {...}} and DIR/collapse.png
-(the initial-rollout all-fail fraction against the step, both arms).
+levels (vanilla GRPO; no method has anything to do there), saved as the common start; (2) from
+that start, the same number of post-jump steps on the jumped level for every arm (same seed, so
+the same prompts and sampling seeds for the initial rollouts); (3) each final policy is evaluated
+on held-out problems of the jumped level without hints.
 
-The defaults are the experiment of docs/experiments/collapse.md: a jump from levels 1-2 to level 7
-("What is 7 # 42?", where a # b = 2 * a + b and nothing in the question says so), 32 steps after it
-at lr 2e-5,
-MENTOR with the worked_solutions backend, `replace`, hints from level 2 (the plan), one round of 2
-re-rolls per failed group, riding in the next step's generate call (--mentor-async true), cut at
-the merged call's longest initial rollout (--mentor-horizon 1; 0, no cut, with --task code) and
-decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes about as
-many rows a step as vanilla: mentor.reroll.schedule=next_step_shared_rows), and self-distillation
-(--mentor-distill 1.0, mentor.loss.distill_coef). Runs A-H of docs/experiments/history.md used 4
-re-rolls, no horizon and extra rows (`--mentor-rerolls 4 --mentor-horizon 0 --mentor-budget
-extra`). AdamW skips batches with no signal in both arms (--step-without-signal false; see
-optim.step_without_signal). The arithmetic jumps of
-runs A-F of docs/experiments/history.md (levels 3-4) need their flags spelled out: `--jump-level 3
---post-steps 12 --post-lr 0 --mentor-start-level 3 --mentor-distill 0 --step-without-signal true
+The arms (ARMS; --arms, all by default): vanilla GRPO; dynamic_sampling (re-samples groups
+without signal, --ds-rounds); scaf (Scaf-GRPO's static tiered hints, on MENTOR's re-roll budget)
+and luffy (LUFFY's worked solution in place of a rollout, on MENTOR's trigger); mentor; and two
+ablations, mentor_no_diagnosis (the hint writer never sees the failed attempts) and
+mentor_no_distill (no self-distillation). --mentor-set applies to the three mentor arms.
+
+As each arm of each seed finishes it is merged into the results file (--results, default
+experiments/results/baselines_math.json or baselines_code.json; a table and a figure from it:
+experiments/baselines_report.py), so a run cut short loses nothing, and written to
+DIR/seedN/ARM/arm_summary.json. At the end: DIR/summary.json (per arm, the means over seeds and
+each seed's numbers; the ratios to vanilla when vanilla ran) and DIR/collapse.png (the
+initial-rollout all-fail fraction against the step).
+
+--task math (the default) is the experiment of docs/experiments/collapse.md: a jump from levels
+1-2 to level 7 ("What is 7 # 42?", where a # b = 2 * a + b and nothing in the question says so),
+32 steps after it at lr 2e-5, MENTOR with the worked_solutions backend, `replace`, hints from
+level 2 (the plan), one round of 2 re-rolls per failed group, riding in the next step's generate
+call (--mentor-async true), cut at the merged call's longest initial rollout (--mentor-horizon 1)
+and decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes
+about as many rows a step as vanilla: mentor.reroll.schedule=next_step_shared_rows), and
+self-distillation (--mentor-distill 1.0, mentor.loss.distill_coef). --task code is the experiment
+of docs/experiments/collapse_code.md: the code ladder's jump from levels 1-2 to level 5, a
+supervised warm-up of 20 steps x 8 rows with hinted rows of levels 3-4, 128 new tokens and no
+re-roll horizon. The flags whose default differs by task are in TASK_DEFAULTS; a flag given
+explicitly wins.
+
+Runs A-H of docs/experiments/history.md used 4 re-rolls, no horizon and extra rows
+(`--mentor-rerolls 4 --mentor-horizon 0 --mentor-budget extra`). AdamW skips batches with no
+signal in every arm (--step-without-signal false; see optim.step_without_signal). The arithmetic
+jumps of runs A-F (levels 3-4) need their flags spelled out: `--jump-level 3 --post-steps 12
+--post-lr 0 --mentor-start-level 3 --mentor-distill 0 --step-without-signal true
 --eval-exclude-draws 10000 --mentor-rerolls 4 --mentor-horizon 0 --mentor-budget extra`. Measure
 what a hint level does for a start with `mentor-fast eval --hint-level`. --reuse picks up what an
-earlier run left in DIR; --arms runs one arm only.
+earlier run left in DIR.
 
+The four numbers per arm and seed (arm_results.arm_summary has the rest):
 post_jump_all_fail_frac: mean over post-jump steps of the fraction of groups whose *initial*,
-unhinted rollouts all fail (MENTOR's re-rolls never enter it). heldout_acc_no_hint: sampled
-pass@1 on held-out jumped-level problems, no hint anywhere in the prompt.
+unhinted rollouts all fail (a method's re-rolls never enter it). heldout_acc_no_hint: sampled
+pass@1 on held-out jumped-level problems, no hint anywhere in the prompt. gen_tokens_per_step:
+mean over post-jump steps of every token the arm decoded (initial rollouts, dynamic sampling's
+extra rounds, re-rolls; LUFFY's expert tokens are written, not decoded: expert_tokens_per_step).
+s_per_step: mean wall time of a post-jump step.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
+from arm_results import (
+    arm_summary,
+    is_current,
+    machine_load,
+    merge_result,
+    post_jump_rows,
+    refresh_summary,
+    write_summary,
+)
+
 from mentor_fast.config import ConfigError, load_config
 from mentor_fast.metrics import read_metrics
-from mentor_fast.trainer import Trainer
 
 
 def task_overrides(args) -> list[str]:
@@ -57,8 +85,8 @@ def task_overrides(args) -> list[str]:
 
 
 def _common(args, out: Path, seed: int) -> list[str]:
-    return [*task_overrides(args), 
-        f"output_dir={out}", f"seed={seed}", f"rollout.prompts_per_step={args.prompts}",
+    return [
+        *task_overrides(args), f"output_dir={out}", f"seed={seed}", f"rollout.prompts_per_step={args.prompts}",
         f"rollout.num_generations={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"optim.lr={args.lr}", "trainer.tensorboard=false", "trainer.keep_last_n=1", "trainer.threads=2",
         f"loss.impl={args.loss_impl}",
@@ -73,31 +101,73 @@ def reroll_schedule(args) -> str:
     return {"extra": "next_step_extra_rows", "shared": "next_step_shared_rows"}[args.mentor_budget]
 
 
+def _reroll_budget(args) -> list[str]:
+    """The budget knobs MENTOR and Scaf share: when the re-rolls run, how many a round, where they are
+    cut."""
+    return [f"mentor.reroll.schedule={reroll_schedule(args)}", f"mentor.reroll.count={args.mentor_rerolls}",
+            f"mentor.reroll.horizon={args.mentor_horizon}"]
+
+
+def _vanilla(args) -> list[str]:
+    return ["method=grpo"]
+
+
+def _dynamic_sampling(args) -> list[str]:
+    return ["method=grpo", "rollout.dynamic_sampling=true", f"rollout.dynamic_sampling_rounds={args.ds_rounds}"]
+
+
+def _scaf(args) -> list[str]:
+    # Scaf fixes its own start tier, rounds, loss mode and distillation (baselines/scaf.py)
+    return ["method=scaf", *_reroll_budget(args)]
+
+
+def _luffy(args) -> list[str]:
+    return ["method=luffy"]  # which groups: mentor.trigger's defaults, as for MENTOR
+
+
+def _mentor(args) -> list[str]:
+    return ["method=mentor", "mentor.agents.backend=worked_solutions", *_reroll_budget(args),
+            f"mentor.trigger.start_level={args.mentor_start_level}", f"mentor.reroll.max_rounds={args.mentor_rounds}",
+            f"mentor.loss.mode={args.mentor_loss_mode}", f"mentor.loss.distill_coef={args.mentor_distill}",
+            *args.mentor_set]
+
+
+def _mentor_no_diagnosis(args) -> list[str]:
+    return [*_mentor(args), "mentor.agents.blind=true"]
+
+
+def _mentor_no_distill(args) -> list[str]:
+    return [*_mentor(args), "mentor.loss.distill_coef=0"]
+
+
+# arm -> the overrides that make it, on top of the post-jump run's own (arm_overrides)
+ARMS = {
+    "vanilla": _vanilla,
+    "dynamic_sampling": _dynamic_sampling,
+    "scaf": _scaf,
+    "luffy": _luffy,
+    "mentor": _mentor,
+    "mentor_no_diagnosis": _mentor_no_diagnosis,
+    "mentor_no_distill": _mentor_no_distill,
+}
+
+
 def arm_overrides(args, arm: str, out: Path, seed: int, start: Path | str) -> list[str]:
     """The post-jump run of one arm (ARMS) from the policy folder `start`."""
-    extra = {
-        "vanilla": ["mentor.enable=false"],
-        "dynamic_sampling": ["mentor.enable=false", "rollout.dynamic_sampling=true",
-                             f"rollout.dynamic_sampling_rounds={args.ds_rounds}"],
-        "mentor": ["mentor.enable=true", "mentor.agents.backend=worked_solutions",
-                   f"mentor.reroll.schedule={reroll_schedule(args)}",
-                   f"mentor.trigger.start_level={args.mentor_start_level}",
-                   f"mentor.reroll.max_rounds={args.mentor_rounds}", f"mentor.reroll.count={args.mentor_rerolls}",
-                   f"mentor.loss.mode={args.mentor_loss_mode}", f"mentor.loss.distill_coef={args.mentor_distill}",
-                   f"mentor.reroll.horizon={args.mentor_horizon}", *args.mentor_set],
-    }[arm]
-    return _common(args, out, seed) + extra + [
+    return _common(args, out, seed) + ARMS[arm](args) + [
         f"optim.lr={args.post_lr or args.lr}", f"optim.step_without_signal={args.step_without_signal}",
         f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"]
 
 
 def train(overrides: list[str], resume: str | None = None) -> Path:
+    from mentor_fast.trainer import Trainer
+
     cfg = load_config([], overrides)
     return Trainer(cfg, resume=resume).fit()
 
 
 def sft_warmup(args, out: Path, seed: int) -> Path:
-    """The supervised start of both arms (mentor_fast/sft.py): worked solutions of the easy levels,
+    """The supervised start of every arm (mentor_fast/sft.py): worked solutions of the easy levels,
     a --sft-hinted-frac share of hinted rows of --sft-hinted-level. SmolLM2-135M-Instruct solves
     almost none of the ladder out of the box (sampled pass@1 0.02 over levels 1-4, measured with
     `mentor-fast eval --levels 1,2,3,4 --n 4 --k 1 --greedy --limit 24 rollout.max_new_tokens=96`),
@@ -113,13 +183,10 @@ def sft_warmup(args, out: Path, seed: int) -> Path:
 
 
 def _hinted_overrides(args) -> list[str] | None:
-    """The hinted rows' source: a level that is neither warm-up nor jump, so the policy learns to
-    follow a hint without ever seeing the jumped level before the jump."""
+    """The hinted rows' source: a level that is neither warm-up nor jump (parse_args checks), so the
+    policy learns to follow a hint without ever seeing the jumped level before the jump."""
     if not args.sft_hinted_frac:
         return None
-    hinted = {int(x) for x in str(args.sft_hinted_level).split(",")}
-    if hinted & {args.jump_level, *(int(x) for x in args.easy_levels.split(","))}:
-        raise SystemExit("--sft-hinted-level must differ from the jump level and the easy levels")
     digits = args.max_digits if args.sft_hinted_max_digits is None else args.sft_hinted_max_digits
     return [*task_overrides(args), f"data.levels=[{args.sft_hinted_level}]"] + (
         [f"data.max_digits={digits}"] if args.task == "math" else [])
@@ -152,70 +219,35 @@ def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
     return summary
 
 
-def arm_summary(rows: list[dict], eval_summary: dict, wall_s: float, group: int) -> dict:
-    post = rows
-    return {
-        "post_jump_all_fail_frac": statistics.mean(r["groups/all_fail_frac"] for r in post),
-        "post_jump_acc": statistics.mean(r["acc"] for r in post),
-        "post_jump_signal_yield": statistics.mean(r["signal_yield"] for r in post),
-        "heldout_acc_no_hint": eval_summary["pass@1"],
-        "mean_step_s": statistics.mean(r["timing_s/step"] for r in post),
-        "rescued_total": sum(r.get("mentor/rescued", 0.0) for r in post),
-        "triggered_total": sum(r.get("mentor/triggered", 0.0) for r in post),
-        "rerolls_total": sum(r.get("mentor/rerolls", 0.0) for r in post),
-        "rerolls_cut_total": sum(r.get("mentor/rerolls_cut", 0.0) for r in post),
-        "prompts_total": sum(r["groups/count"] for r in post),
-        "prompts_skipped_total": sum(r.get("mentor/prompts_skipped", 0.0) for r in post),
-        "mean_gen_s": statistics.mean(r["timing_s/gen"] for r in post),
-        "mean_update_s": statistics.mean(r.get("timing_s/update", 0.0) for r in post),
-        "wall_s": wall_s,
-        "curve": [r["groups/all_fail_frac"] for r in post],
-        # the tokens of the initial rollouts and of dynamic sampling's rounds (MENTOR's re-rolls are
-        # in rerolls_total), and the groups trained on
-        "generated_tokens_total": sum(r["response_length/mean"] * r["groups/count"] * group
-                                      + r.get("dynamic_sampling/extra_tokens", 0.0) for r in post),
-        "groups_trained_total": sum(r["batch/sequences"] / group for r in post),
-        # groups with a signal: dynamic sampling's kept ones, else the initial groups neither all
-        # failed nor all passed (binary rewards; a method's rescues are in rescued_total)
-        "signal_groups_total": sum(r.get("dynamic_sampling/groups_kept", r["groups/count"] * (
-            1.0 - r["groups/all_fail_frac"] - r["groups/all_pass_frac"])) for r in post),
-    }
-
-
-def plot(summary: dict, pre_rows: list[dict], out_png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    k = len(pre_rows)
-    ax.plot(range(1, k + 1), [r["groups/all_fail_frac"] for r in pre_rows], color="gray", marker="o",
-            label="warm-up (shared)")
-    for arm, color in (("vanilla", "tab:red"), ("mentor", "tab:blue")):
-        for s, per_seed in enumerate(summary[arm]["per_seed"]):
-            curve = per_seed["curve"]
-            ax.plot(range(k + 1, k + 1 + len(curve)), curve, color=color, marker=".", alpha=0.8,
-                    label=f"{arm}" if s == 0 else None)
-    ax.axvline(k + 0.5, ls="--", color="k", lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("all-fail fraction (initial rollouts)")
-    ax.set_ylim(-0.05, 1.05)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-
-
-ARMS = ("vanilla", "mentor", "dynamic_sampling")
-
-
 def _arms(text: str) -> str:
     unknown = [a for a in text.split(",") if a not in ARMS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
     return text
+
+
+# The flags whose default depends on --task (None on the parser, filled by parse_args; a flag given
+# explicitly wins): math is the level-7 experiment of docs/experiments/collapse.md, code the level-5
+# one of docs/experiments/collapse_code.md. Code has no re-roll horizon: a plan makes a program
+# longer than the one-line attempts it answers, and the cut re-rolls could not rescue.
+TASK_DEFAULTS = {
+    "math": {"jump_level": 7, "sft_hinted_level": "5", "sft_steps": 40, "sft_batch": 16, "max_new_tokens": 96,
+             "mentor_horizon": 1.0},
+    "code": {"jump_level": 5, "sft_hinted_level": "3,4", "sft_steps": 20, "sft_batch": 8, "max_new_tokens": 128,
+             "mentor_horizon": 0.0},
+}
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _per_task(key: str) -> str:
+    return "default: " + ", ".join(f"{v[key]} for {task}" for task, v in TASK_DEFAULTS.items())
+
+
+def default_results(args) -> Path:
+    """RESULTS_DIR/baselines_TASK.json for the task's own jump, baselines_TASK_levelJ.json for
+    another."""
+    jump = "" if args.jump_level == TASK_DEFAULTS[args.task]["jump_level"] else f"_level{args.jump_level}"
+    return RESULTS_DIR / f"baselines_{args.task}{jump}.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,21 +257,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--task", default="math", choices=("math", "code"),
-                   help="math: the arithmetic ladder; code: the function-writing ladder with sandboxed tests "
-                        "(pick --easy-levels, --jump-level and --sft-hinted-level of that ladder)")
+                   help="math: the arithmetic ladder; code: the function-writing ladder with sandboxed tests. "
+                        "Sets the defaults of the flags that say so (TASK_DEFAULTS)")
     p.add_argument("--code-timeout", type=float, default=4.0,
                    help="--task code: reward.code.timeout_s (an infinite loop costs its sandbox slot this long)")
     p.add_argument("--easy-levels", default="1,2")
-    p.add_argument("--jump-level", type=int, default=7,
-                   help="the level trained after the jump (7: a # b = 2 * a + b, never defined in the question; "
-                        "3-6: harder arithmetic)")
+    p.add_argument("--jump-level", type=int, default=None,
+                   help="the level trained after the jump (math 7: a # b = 2 * a + b, never defined in the "
+                        f"question; 3-6: harder arithmetic; {_per_task('jump_level')})")
     p.add_argument("--max-digits", type=int, default=0,
                    help="cap on operand digits at every level (data.max_digits; 0: none)")
     p.add_argument("--pre-steps", type=int, default=4)
     p.add_argument("--post-steps", type=int, default=32)
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--max-new-tokens", type=int, default=None, help=_per_task("max_new_tokens"))
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--post-lr", type=float, default=2e-5, help="learning rate after the jump (0: --lr)")
     p.add_argument("--loss-impl", default="fused")
@@ -256,11 +288,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=2)
     p.add_argument("--mentor-set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="further overrides for the MENTOR arm only, e.g. mentor.trigger.max_groups_frac=0.5")
+                   help="further overrides for the three mentor arms only, e.g. mentor.trigger.max_groups_frac=0.5")
     p.add_argument("--mentor-horizon", type=float, default=None,
                    help="mentor.reroll.horizon: re-rolls cut at this many times the merged call's longest "
-                        "initial rollout (0: off; else >= 1). Default 1 for math, 0 for code (and for "
-                        "--mentor-async false, where nothing rides): a plan makes a "
+                        "initial rollout (0: off; else >= 1); for the mentor arms and scaf. Default 1 for "
+                        "math, 0 for code (and for --mentor-async false, where nothing rides): a plan makes a "
                         "program longer than the one-line attempts it answers, and the cut re-rolls could "
                         "not rescue (docs/experiments/collapse_code.md)")
     p.add_argument("--mentor-budget", default="shared", choices=("extra", "shared"),
@@ -269,12 +301,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "next_step_shared_rows), so MENTOR decodes as many rows as vanilla; extra adds them "
                         "(next_step_extra_rows)")
     p.add_argument("--step-without-signal", default="false", choices=("true", "false"),
-                   help="optim.step_without_signal for both arms after the jump: false skips the AdamW "
+                   help="optim.step_without_signal for every arm after the jump: false skips the AdamW "
                         "step on a batch with no signal (the warm-ups are unchanged)")
-    p.add_argument("--arms", default="vanilla,mentor", type=_arms,
-                   help=f"the arms to run, comma-separated, of {', '.join(ARMS)} (each seed's start is built "
-                        "if missing; the comparison, summary.json, is written when a run has vanilla and mentor; "
-                        "a later --reuse run can add an arm)")
+    p.add_argument("--arms", default=",".join(ARMS), type=_arms,
+                   help=f"the arms to run, comma-separated, of {', '.join(ARMS)} (default: all; each seed's "
+                        "start is built if missing; a later --reuse run can add an arm)")
+    p.add_argument("--results", default=None,
+                   help="the results file every finished arm of every seed is merged into (default: "
+                        "experiments/results/baselines_TASK.json, baselines_TASK_levelJ.json for a --jump-level "
+                        "other than the task's); it refuses a file written with other flags")
     p.add_argument("--ds-rounds", type=int, default=3,
                    help="the dynamic_sampling arm's rollout.dynamic_sampling_rounds")
     p.add_argument("--reuse", action="store_true",
@@ -289,16 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "the trainer's default is 10,000). It must cover the run's post-jump draws, (post-steps + 1) "
                         "x prompts; level 7 (891 questions) and levels capped by --max-digits 1 have too few "
                         "questions for 10,000")
-    p.add_argument("--sft-steps", type=int, default=40, help="supervised warm-up steps before GRPO (0: none)")
-    p.add_argument("--sft-batch", type=int, default=16)
+    p.add_argument("--sft-steps", type=int, default=None,
+                   help=f"supervised warm-up steps before GRPO (0: none; {_per_task('sft_steps')})")
+    p.add_argument("--sft-batch", type=int, default=None, help=_per_task("sft_batch"))
     p.add_argument("--sft-lr", type=float, default=3e-5)
     p.add_argument("--sft-schedule", default="constant", choices=("constant", "cosine"),
                    help="cosine: 5%% linear warm-up, then down to 0.1x (for --model ladder-llama, from scratch)")
     p.add_argument("--sft-hinted-frac", type=float, default=0.25,
                    help="share of SFT rows from --sft-hinted-level, with the mentor's hint in the prompt")
-    p.add_argument("--sft-hinted-level", default="5",
+    p.add_argument("--sft-hinted-level", default=None,
                    help="level(s) of the hinted SFT rows, e.g. 4,5,6 (several shapes, so that a hint is "
-                        "read rather than taken as a sign of one level's shape)")
+                        f"read rather than taken as a sign of one level's shape; {_per_task('sft_hinted_level')})")
     p.add_argument("--sft-hinted-max-digits", type=int, default=None,
                    help="data.max_digits of the hinted SFT rows (default: --max-digits; 0: no cap). Operands "
                         "too large for the model make the hint's stated step necessary, not redundant")
@@ -308,22 +344,99 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main() -> None:
-    p = build_parser()
-    args = p.parse_args()
-    if args.mentor_horizon is None:  # nothing rides in_step, so nothing to cut
-        args.mentor_horizon = 0.0 if args.task == "code" or args.mentor_async == "false" else 1.0
+def parse_args(p: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, with the task's defaults filled in (TASK_DEFAULTS) and the arms' configs checked now,
+    not after the warm-ups."""
+    args = p.parse_args(argv)
+    if args.mentor_horizon is None and args.mentor_async == "false":  # nothing rides in_step: nothing to cut
+        args.mentor_horizon = 0.0
+    for key, value in TASK_DEFAULTS[args.task].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.results = str(args.results or default_results(args))
+    hinted = {int(x) for x in args.sft_hinted_level.split(",")}
+    if args.sft_hinted_frac and hinted & {args.jump_level, *(int(x) for x in args.easy_levels.split(","))}:
+        p.error(f"--sft-hinted-level {args.sft_hinted_level} must differ from the jump level and the easy levels")
     if args.eval_exclude_draws < (args.post_steps + 1) * args.prompts:
         p.error(f"--eval-exclude-draws {args.eval_exclude_draws} does not cover the post-jump draws, "
                 f"(--post-steps + 1) x --prompts = {(args.post_steps + 1) * args.prompts}: held-out problems "
                 "could repeat training questions")
-    for arm in args.arms.split(","):  # the arms' config errors now, not after the warm-ups
+    for arm in args.arms.split(","):
         try:
             load_config([], arm_overrides(args, arm, Path(args.out) / arm, args.first_seed, args.model))
         except ConfigError as e:
             p.error(f"the {arm} arm's config: {e}")
     if not 0 <= args.first_seed < args.seeds:
         p.error(f"--first-seed {args.first_seed} must be in [0, --seeds {args.seeds})")
+    return args
+
+
+# flags that say which part of an experiment an invocation runs, and where, not what it is
+RUN_ONLY = {"seeds", "first_seed", "arms", "reuse", "out", "results", "sft_only"}
+
+
+def setup_conflicts(results: Path, setup: dict) -> list[str]:
+    """The flags on which the results file's experiment differs from this one (none if no file)."""
+    if not results.exists():
+        return []
+    old = json.loads(results.read_text())["setup"]
+    new = json.loads(json.dumps(setup))  # as the file would hold it
+    return sorted(k for k in old.keys() | new.keys()
+                  if k not in RUN_ONLY | {"machine"} and old.get(k) != new.get(k))
+
+
+def warm_start(args, base: Path, seed: int, stages: dict) -> Path:
+    """The seed's common start: the GRPO warm-up's final policy, after the supervised warm-up."""
+    pre = base / "warmup"
+    start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
+    if args.reuse and (start / "config.json").exists():
+        return start
+    sft = base / "sft" / "policy"
+    if args.reuse and (sft / "config.json").exists():
+        start_model = sft
+    else:
+        t0 = time.time()
+        start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
+        stages["sft"] = time.time() - t0
+    t0 = time.time()
+    train(_common(args, pre, seed) + [
+        f"model.path={start_model}", f"data.levels=[{args.easy_levels}]", f"trainer.max_steps={args.pre_steps}"])
+    stages["grpo_warmup"] = time.time() - t0
+    return start
+
+
+def run_arm(args, arm: str, base: Path, seed: int, start: Path, stages: dict) -> dict:
+    """One arm of one seed from the common start, trained and evaluated; with --reuse a finished arm
+    is picked up (its summary recomputed if it predates arm_summary's fields) and a shorter one
+    extended from its last checkpoint (constant lr: the same as one longer run; the trainer restores
+    the optimizer, RNGs and pending method work)."""
+    folder = base / arm
+    done = folder / "arm_summary.json"
+    earlier = json.loads(done.read_text()) if args.reuse and done.exists() else None
+    if earlier and len(earlier["curve"]) == args.post_steps:
+        if not is_current(earlier):
+            earlier = refresh_summary(folder, earlier, args.post_steps, args.group)
+            done.write_text(json.dumps(earlier))
+        return earlier
+    resume = "auto" if earlier and len(earlier["curve"]) < args.post_steps else None
+    t0 = time.time()
+    with machine_load() as load:
+        run = train(arm_overrides(args, arm, folder, seed, start), resume)
+    stages[arm] = time.time() - t0
+    wall = stages[arm] + (earlier["wall_s"] if resume else 0.0)
+    final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
+    t0 = time.time()
+    ev = heldout_accuracy(final, args, seed, folder / "heldout.jsonl")
+    stages[f"{arm}_eval"] = time.time() - t0
+    rows = post_jump_rows(read_metrics(run / "metrics.jsonl"), args.post_steps)
+    summary = arm_summary(rows, ev["pass@1"], wall, args.group, load)
+    done.write_text(json.dumps(summary))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = build_parser()
+    args = parse_args(p, argv)
     t_script = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -333,70 +446,31 @@ def main() -> None:
             if not (args.reuse and (sft / "policy" / "config.json").exists()):
                 sft_warmup(args, sft, seed)
         return
-    per_arm: dict[str, list[dict]] = {arm: [] for arm in ARMS}
-    stage_walls: dict[str, dict[str, float]] = {}
+    from mentor_fast.bench import versions
+
+    setup = {**vars(args), "machine": versions()}
+    results = Path(args.results)
+    if conflicts := setup_conflicts(results, setup):
+        p.error(f"--results {results} holds an experiment with other flags ({', '.join(conflicts)}); "
+                "pass another --results")
+    arms = args.arms.split(",")
+    per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
+    walls: dict[str, dict[str, float]] = {}  # wall seconds of what this invocation ran, per seed and stage
     pre_rows: list[dict] = []
     for seed in range(args.first_seed, args.seeds):
         base = out / f"seed{seed}"
-        pre = base / "warmup"
-        start = pre / "checkpoints" / f"step_{args.pre_steps:06d}" / "policy"
-        stages = {}  # wall seconds of what this invocation ran (not of what --reuse picked up)
-        if not (args.reuse and (start / "config.json").exists()):
-            sft = base / "sft" / "policy"
-            if args.reuse and (sft / "config.json").exists():
-                start_model = sft
-            else:
-                t0 = time.time()
-                start_model = sft_warmup(args, base / "sft", seed) if args.sft_steps else args.model
-                stages["sft"] = time.time() - t0
-            t0 = time.time()
-            train(_common(args, pre, seed) + [
-                f"model.path={start_model}", f"data.levels=[{args.easy_levels}]",
-                f"trainer.max_steps={args.pre_steps}"])
-            stages["grpo_warmup"] = time.time() - t0
-        pre_rows = read_metrics(pre / "metrics.jsonl") if seed == args.first_seed else pre_rows
-        for arm in args.arms.split(","):
-            done = base / arm / "arm_summary.json"
-            earlier = json.loads(done.read_text()) if args.reuse and done.exists() else None
-            if earlier and len(earlier["curve"]) == args.post_steps:
-                per_arm[arm].append(earlier)
-                continue
-            # A shorter finished arm is extended from its last checkpoint (constant lr: the same
-            # as one longer run; the trainer restores the optimizer, RNGs and pending mentor work).
-            resume = "auto" if earlier and len(earlier["curve"]) < args.post_steps else None
-            t0 = time.time()
-            run = train(arm_overrides(args, arm, base / arm, seed, start), resume)
-            stages[arm] = time.time() - t0
-            wall = stages[arm] + (earlier["wall_s"] if resume else 0.0)
-            final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
-            t0 = time.time()
-            ev = heldout_accuracy(final, args, seed, base / arm / "heldout.jsonl")
-            stages[f"{arm}_eval"] = time.time() - t0
-            per_arm[arm].append(arm_summary(read_metrics(run / "metrics.jsonl"), ev, wall, args.group))
-            done.write_text(json.dumps(per_arm[arm][-1]))
-        stage_walls[f"seed{seed}"] = stages
-    if not {"vanilla", "mentor"} <= set(args.arms.split(",")):
-        print(json.dumps({"arms": args.arms, "wall_s": time.time() - t_script, **stage_walls}))
-        return
-    from mentor_fast.bench import versions
-
-    summary: dict = {"setup": vars(args), "machine": versions(),
-                     "wall_s": {"script": time.time() - t_script, **stage_walls}}
-    for arm, seeds in ((arm, seeds) for arm, seeds in per_arm.items() if seeds):
-        # keys every seed has (an arm summary picked up by --reuse may predate a key)
-        keys = [k for k in seeds[0] if k != "curve" and all(k in s for s in seeds)]
-        summary[arm] = {k: statistics.mean(s[k] for s in seeds) for k in keys}
-        summary[arm]["per_seed"] = seeds
-    v, m = summary["vanilla"], summary["mentor"]
-    summary["ratios"] = {
-        "all_fail_mentor_over_vanilla": (m["post_jump_all_fail_frac"] / v["post_jump_all_fail_frac"]
-                                         if v["post_jump_all_fail_frac"] else None),
-        "step_time_mentor_over_vanilla": m["mean_step_s"] / v["mean_step_s"],
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    plot(summary, pre_rows, out / "collapse.png")
+        stages: dict[str, float] = {}
+        start = warm_start(args, base, seed, stages)
+        if seed == args.first_seed:
+            pre_rows = read_metrics(base / "warmup" / "metrics.jsonl")
+        for arm in arms:
+            per_arm[arm].append(run_arm(args, arm, base, seed, start, stages))
+            merge_result(results, setup, arm, seed, per_arm[arm][-1])
+        walls[f"seed{seed}"] = stages
+    walls["script"] = time.time() - t_script
+    summary = write_summary(setup, per_arm, pre_rows, walls, out)
     print(json.dumps({arm: {k: summary[arm][k] for k in ("post_jump_all_fail_frac", "heldout_acc_no_hint",
-                                                          "mean_step_s")} for arm in ARMS if per_arm[arm]}))
+                                                          "gen_tokens_per_step", "s_per_step")} for arm in arms}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+"""The arms of a collapse experiment side by side, from its results file (experiments/collapse.py
+--results): a markdown table on stdout and, with --plot, a figure.
+
+    .venv/bin/python experiments/baselines_report.py experiments/results/baselines_math.json --plot math.png
+
+The table, per arm over its seeds: the mean of the four numbers and their spread (min-max for two
+seeds, the standard deviation for three or more), the all-fail fraction as a ratio to vanilla's
+(over the seeds both ran), the number of seeds, and the mean machine load while the arm trained
+(about 2 on a quiet 2-core machine; more, and its step times are not clean). The figure: the
+all-fail fraction of the initial rollouts, mean over seeds, against the post-jump step and against
+the cumulative generated tokens (arms compared at equal generation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+# key, column, decimals
+METRICS = (
+    ("post_jump_all_fail_frac", "all-fail frac", 3),
+    ("heldout_acc_no_hint", "held-out acc, no hint", 3),
+    ("gen_tokens_per_step", "generated tokens / step", 0),
+    ("s_per_step", "s / step", 1),
+)
+
+
+def spread(values: list[float], decimals: int) -> str:
+    """`mean`, `mean (min-max)` for two values, `mean ± std` for three or more."""
+    f = lambda x: f"{x:.{decimals}f}"
+    mean = statistics.mean(values)
+    if len(values) >= 3:
+        return f"{f(mean)} ± {f(statistics.stdev(values))}"
+    if len(values) == 2:
+        return f"{f(mean)} ({f(min(values))}-{f(max(values))})"
+    return f(mean)
+
+
+def all_fail_ratio(arms: dict, arm: str) -> float | None:
+    """The arm's mean all-fail fraction over vanilla's, on the seeds both ran (None: no such seed,
+    or vanilla never had an all-fail group)."""
+    vanilla = arms.get("vanilla", {"seeds": {}})["seeds"]
+    mine = arms[arm]["seeds"]
+    common = [s for s in mine if s in vanilla]
+    if not common:
+        return None
+    v = statistics.mean(vanilla[s]["post_jump_all_fail_frac"] for s in common)
+    return statistics.mean(mine[s]["post_jump_all_fail_frac"] for s in common) / v if v else None
+
+
+def table(results: dict) -> str:
+    arms = results["arms"]
+    head = ["arm", "seeds", *(name for _, name, _ in METRICS), "all-fail / vanilla", "load"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    incomplete = False
+    for arm, entry in arms.items():
+        seeds = list(entry["seeds"].values())
+        ratio = all_fail_ratio(arms, arm)
+        loads = [s["load_mean"] for s in seeds if s.get("load_mean") is not None]
+        name = arm
+        if any(s.get("reroll_tokens_missing") for s in seeds):
+            name, incomplete = arm + " *", True
+        cells = [name, str(len(seeds)), *(spread([s[key] for s in seeds], d) for key, _, d in METRICS),
+                 "-" if ratio is None else f"{ratio:.2f}x", f"{statistics.mean(loads):.1f}" if loads else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if incomplete:
+        lines.append("\n\\* metrics written before mentor/reroll_tokens: its re-roll tokens are not counted")
+    return "\n".join(lines)
+
+
+def describe(results: dict) -> str:
+    setup = results["setup"]
+    machine = setup.get("machine", {})
+    return (f"task {setup.get('task')}, jump to level {setup.get('jump_level')}, {setup.get('post_steps')} "
+            f"post-jump steps; {machine.get('cpu', 'cpu unknown')}, torch {machine.get('torch', '?')}")
+
+
+def mean_curve(curves: list[list[float]]) -> list[float]:
+    """Step by step mean over seeds, as long as the shortest curve."""
+    return [statistics.mean(values) for values in zip(*curves)]
+
+
+def plot(results: dict, out_png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_step, by_tokens) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for arm, entry in results["arms"].items():
+        seeds = list(entry["seeds"].values())
+        fail = mean_curve([s["curve"] for s in seeds])
+        tokens = list(itertools.accumulate(mean_curve([s["gen_tokens_curve"] for s in seeds])))
+        by_step.plot(range(1, len(fail) + 1), fail, marker=".", label=f"{arm} ({len(seeds)})")
+        by_tokens.plot(tokens, fail, marker=".", label=f"{arm} ({len(seeds)})")
+    by_step.set_xlabel("post-jump step")
+    by_step.set_ylabel("all-fail fraction (initial rollouts), mean over seeds")
+    by_tokens.set_xlabel("generated tokens, cumulative (mean over seeds)")
+    for ax in (by_step, by_tokens):
+        ax.set_ylim(-0.05, 1.05)
+        ax.grid(alpha=0.3)
+    by_step.legend(fontsize=8, title="arm (seeds)", title_fontsize=8)
+    fig.suptitle(describe(results), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", type=Path, help="a results file of experiments/collapse.py")
+    p.add_argument("--plot", type=Path, default=None, metavar="OUT.png")
+    args = p.parse_args(argv)
+    results = json.loads(args.results.read_text())
+    print(f"{args.results}: {describe(results)}\n")
+    print(table(results))
+    if args.plot is not None:
+        plot(results, args.plot)
+
+
+if __name__ == "__main__":
+    main()
