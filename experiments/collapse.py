@@ -465,7 +465,8 @@ def main(argv: list[str] | None = None) -> None:
             pre_rows = read_metrics(base / "warmup" / "metrics.jsonl")
         for arm in arms:
             per_arm[arm].append(run_arm(args, arm, base, seed, start, stages))
-            merge_result(results, setup, arm, seed, per_arm[arm][-1])
+            # the machine each arm ran on: a results file can gather seeds run on different ones
+            merge_result(results, setup, arm, seed, {**per_arm[arm][-1], "machine": setup["machine"]})
         walls[f"seed{seed}"] = stages
     walls["script"] = time.time() - t_script
     summary = write_summary(setup, per_arm, pre_rows, walls, out)
