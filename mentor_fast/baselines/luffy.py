@@ -104,15 +104,11 @@ class LuffyMethod:
 
     def _plan(self, groups: list[Group], step: int):
         """The scheduler's pick; across ranks it observes every rank's groups and this rank keeps
-        the selected groups it holds (as MENTOR's does, mentor/pipeline.py)."""
-        if not self.dist.enabled:
-            return self.scheduler.plan(groups, step)
-        everyone = [s for part in self.dist.gather([GroupSummary.of(g) for g in groups]) for s in part]
-        plan = self.scheduler.plan(everyone, step)
-        mine = {g.group_id: g for g in groups}
-        plan.selected_total = len(plan.selected)
-        plan.selected = [(mine[s.group_id], level) for s, level in plan.selected if s.group_id in mine]
-        return plan
+        the selected groups it holds (as MENTOR's does)."""
+        everyone = None
+        if self.dist.enabled:
+            everyone = [s for part in self.dist.gather([GroupSummary.of(g) for g in groups]) for s in part]
+        return self.scheduler.plan_held(groups, step, everyone)
 
     def state_dict(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler.state_dict()}

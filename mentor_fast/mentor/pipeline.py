@@ -104,13 +104,7 @@ class Mentor:
         """The scheduler's pick among the step's groups. Across ranks `everyone` is every rank's
         groups (the scheduler observes them all, the same way on every rank) and the plan keeps
         the selected groups of this rank's `groups`."""
-        if everyone is None:
-            return self.scheduler.plan(groups, step)
-        plan = self.scheduler.plan(everyone, step)
-        mine = {g.group_id: g for g in groups}
-        plan.selected_total = len(plan.selected)
-        plan.selected = [(mine[s.group_id], level) for s, level in plan.selected if s.group_id in mine]
-        return plan
+        return self.scheduler.plan_held(groups, step, everyone)
 
     def write_hints(self, groups: list[Group], step: int, plan: StepPlan | None = None) -> HintedStep:
         """Pass every scored group of the step (the scheduler observes them all), or the step's

@@ -130,6 +130,17 @@ class Scheduler:
             selected = [(g, self._start_level(g.problem_id)) for g in eligible[:cap]]
             return StepPlan(step, len(groups), z, event, surge, cap, len(eligible), selected)
 
+    def plan_held(self, groups: list[Group], step: int, everyone: list[GroupSummary] | None = None) -> StepPlan:
+        """`plan` on one rank of several: it observes `everyone` (every rank's groups, in rank order;
+        None on one rank) and keeps the selected groups of this rank's `groups`."""
+        if everyone is None:
+            return self.plan(groups, step)
+        plan = self.plan(everyone, step)
+        mine = {g.group_id: g for g in groups}
+        plan.selected_total = len(plan.selected)
+        plan.selected = [(mine[s.group_id], level) for s, level in plan.selected if s.group_id in mine]
+        return plan
+
     def _observe(self, g: Group | GroupSummary, step: int) -> None:
         rec = self.memory.get(g.problem_id)
         if g.all_fail:
