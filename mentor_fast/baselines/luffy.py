@@ -36,10 +36,10 @@ from mentor_fast.algo.assemble import LossMode, assemble_groups
 from mentor_fast.config import MentorLossConfig, RunConfig
 from mentor_fast.dist import Dist
 from mentor_fast.mentor.rescue import treat
-from mentor_fast.mentor.scheduler import Scheduler
+from mentor_fast.mentor.scheduler import Scheduler, every_rank
 from mentor_fast.method import MethodContext, RolloutPlan
 from mentor_fast.sft import sft_target
-from mentor_fast.types import Group, GroupSummary, Problem, Rollout
+from mentor_fast.types import Group, Problem, Rollout
 
 
 class LuffyMethod:
@@ -55,11 +55,11 @@ class LuffyMethod:
     def expert(self, group: Group, version: int) -> Rollout | None:
         """The worked solution as a completion of the group's prompt (unscored); None when the
         problem has none or it is too long to have been generated."""
+        if not group.problem.solution_steps and group.problem.code is None:
+            return None  # a bare answer is no solution
         try:
             text = sft_target(group.problem)
-        except ValueError:
-            return None
-        if not group.problem.solution_steps and group.problem.code is None:
+        except ValueError:  # a code problem without a reference program
             return None
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         if len(ids) > self.max_tokens:
@@ -105,10 +105,7 @@ class LuffyMethod:
     def _plan(self, groups: list[Group], step: int):
         """The scheduler's pick; across ranks it observes every rank's groups and this rank keeps
         the selected groups it holds (as MENTOR's does)."""
-        everyone = None
-        if self.dist.enabled:
-            everyone = [s for part in self.dist.gather([GroupSummary.of(g) for g in groups]) for s in part]
-        return self.scheduler.plan_held(groups, step, everyone)
+        return self.scheduler.plan_held(groups, step, every_rank(groups, self.dist))
 
     def state_dict(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler.state_dict()}

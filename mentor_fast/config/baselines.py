@@ -40,7 +40,7 @@ class LuffyConfig:
     """method=luffy: LUFFY's off-policy guidance (arXiv 2504.14945; mentor_fast/baselines/luffy.py).
     The problem's worked solution, tokenized as the policy would write it, replaces one rollout of a
     failed group and is trained under the bare prompt with the shaping weight f(p) = p / (p + gamma),
-    no importance ratio. Groups per step: mentor.trigger.*; per group: mentor.loss.max_replace."""
+    no importance ratio. Groups per step: mentor.trigger.*; one expert trace per group."""
 
     gamma: Annotated[float, Range(gt=0)] = 0.1
     """gamma of the policy-shaping function f(p) = p / (p + gamma)."""

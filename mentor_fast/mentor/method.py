@@ -41,6 +41,7 @@ from mentor_fast.dist import Dist
 from mentor_fast.mentor.backends import BackendKind
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
 from mentor_fast.mentor.rerolls import RerollRequest
+from mentor_fast.mentor.scheduler import every_rank
 from mentor_fast.method import MethodContext, RolloutPlan
 from mentor_fast.types import Group, GroupSummary, Problem, Rollout, Sample
 
@@ -187,10 +188,7 @@ class MentorMethod:
         return hinted, request, samples
 
     def _everyone(self, groups: list[Group]) -> list[GroupSummary] | None:
-        """Every rank's groups, in rank order, for the scheduler (None on one rank)."""
-        if not self.dist.enabled:
-            return None
-        return [s for part in self.dist.gather([GroupSummary.of(g) for g in groups]) for s in part]
+        return every_rank(groups, self.dist)
 
     def _take(self, version: int, metrics: dict) -> _Taken | None:
         """The hints written for the last step's failures (waiting for them if need be), with their

@@ -98,6 +98,13 @@ class StepPlan:
         return self.eligible - (len(self.selected) if self.selected_total is None else self.selected_total)
 
 
+def every_rank(groups: list[Group], dist) -> list[GroupSummary] | None:
+    """Every rank's groups, in rank order, for `Scheduler.plan_held` (None on one rank)."""
+    if not dist.enabled:
+        return None
+    return [s for part in dist.gather([GroupSummary.of(g) for g in groups]) for s in part]
+
+
 class Scheduler:
     def __init__(self, cfg: TriggerConfig, seed: int = 0, keep_hints: int = 3, static: bool = False) -> None:
         """cfg.exempt_steps: no interventions before this step unless a surge is open (about 10% of
