@@ -179,6 +179,20 @@ def test_worked_solutions_never_gives_the_last_result():
         assert "432 - 129" in h and "303" not in h and check_hint(h, "303", case.problem.solution_steps).ok
 
 
+def test_a_step_counts_as_reached_only_when_an_attempt_computed_its_result():
+    """Level 7 (a # b = 2a + b): step 1's result 2 turns up as a stray line and as an operand, which
+    is not computing it; the diagnosis must still point at step 1, the rule the attempts lack."""
+    problem = Problem("p7", "What is 1 # 39?", "41", ("2 * 1 = 2", "2 + 39 = 41"), level=7, source="ladder")
+    ref = WorkedSolutions()
+
+    def first_error(texts):
+        case = FailureCase.from_group(make_group(problem, texts), "math")
+        return ref.diagnose([case])[0].first_error
+
+    assert first_error(["1\n1 # 39\n2\n1 + 39 = 40\n\\boxed{40}", "2 + 39 is 39 \\boxed{39}"]) == "step 1: 2 * 1"
+    assert first_error(["2 * 1 = 2, 2 + 39 = 42 \\boxed{42}"] * 2) == "step 2: 2 + 39"
+
+
 def test_reference_plan_names_each_earlier_result_once():
     """(2 + 3) * 5 + 3 * 7: step 2 is "5 * 5", one factor the result of step 1 and one the operand 5.
     Naming both "(the result of 1)" would square it; each result is used once."""

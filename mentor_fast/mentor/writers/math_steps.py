@@ -2,8 +2,10 @@
 worked solution (`Problem.solution_steps`).
 
 Diagnosis: every attempt truncated -> truncation; most attempts without a boxed answer -> format;
-otherwise the first solution step whose result (the number after "=") appears in no failed
-attempt: arithmetic slip when an attempt wrote that step's computation, wrong strategy otherwise.
+otherwise the first solution step whose result (the number after "=") no failed attempt computed,
+that is wrote as the result of an "=" (a small result that turns up elsewhere, as an operand or a
+stray line, does not count): arithmetic slip when an attempt wrote that step's computation, wrong
+strategy otherwise.
 Hint (for that step, never the final answer): level 1 points at the computation, level 2 lists the
 remaining operations in order with earlier results named, not stated, level 3 gives the step with
 its result, except for the last step, whose result is the answer.
@@ -114,12 +116,29 @@ def _operation(lhs: str) -> str:
     return ops.pop() if len(ops) == 1 else "several operations: mind their order"
 
 
+_EQUALS = re.compile(r"=|\b(?:is equal to|equals)\b")
+_OPERATOR_NEXT = re.compile(r"\s*(?:[-+*/×÷^]|times|plus|minus|divided by|multiplied by)\s*[\d(.]")
+
+
+def computed_results(text: str) -> set[Fraction]:
+    """The values an attempt wrote as the result of a relation: the number right after each "=",
+    unless an operator follows it ("= 3 * 4 = 12" computes 12, not 3). "8 * 2 = 16" gives {16};
+    a bare "2" on its own line, or the 2 in "2 + 39", gives nothing."""
+    t = normalize_math_text(text)
+    out: set[Fraction] = set()
+    for eq in _EQUALS.finditer(t):
+        rhs = re.split(r"=|\n", t[eq.end(): eq.end() + 80], maxsplit=1)[0]  # up to the next relation
+        nums = [m for m in find_numbers(rhs) if m.kind != "word"]
+        if nums and not rhs[: nums[0].start].strip(" $\t") and not _OPERATOR_NEXT.match(rhs, nums[0].end):
+            out |= nums[0].values  # the number comes first after "=", and nothing is done to it
+    return out
+
+
 def _missing_step(case: FailureCase) -> tuple[list[Step], Step | None]:
     steps = [parse_step(i, s) for i, s in enumerate(case.problem.solution_steps, 1)]
     seen: set[Fraction] = set()
     for r in case.attempts:
-        for m in find_numbers(normalize_math_text(r.text)):
-            seen |= m.values
+        seen |= computed_results(r.text)
     for step in steps:
         if step.result and not (step.result & seen):
             return steps, step
