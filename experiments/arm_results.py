@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,6 +95,23 @@ def refresh_summary(arm_dir: Path, earlier: dict, steps: int, group: int) -> dic
     heldout = arm_dir / "heldout.jsonl"
     acc = heldout_pass1(heldout) if heldout.exists() else earlier["heldout_acc_no_hint"]
     return arm_summary(rows, acc, earlier["wall_s"], group)
+
+
+def source_commit() -> str | None:
+    """The commit of the code that runs ("+dirty" when tracked files differ from it), so each seed in a
+    results file says which code produced it; None outside a git checkout."""
+    here = str(Path(__file__).resolve().parent)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", here, *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        rev = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev + ("+dirty" if dirty else "")
 
 
 def merge_result(path: Path, setup: dict, arm: str, seed: int, entry: dict) -> None:

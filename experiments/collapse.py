@@ -69,6 +69,7 @@ from arm_results import (
     merge_result,
     post_jump_rows,
     refresh_summary,
+    source_commit,
     write_summary,
 )
 
@@ -449,6 +450,7 @@ def main(argv: list[str] | None = None) -> None:
     from mentor_fast.bench import versions
 
     setup = {**vars(args), "machine": versions()}
+    commit = source_commit()
     results = Path(args.results)
     if conflicts := setup_conflicts(results, setup):
         p.error(f"--results {results} holds an experiment with other flags ({', '.join(conflicts)}); "
@@ -465,8 +467,9 @@ def main(argv: list[str] | None = None) -> None:
             pre_rows = read_metrics(base / "warmup" / "metrics.jsonl")
         for arm in arms:
             per_arm[arm].append(run_arm(args, arm, base, seed, start, stages))
-            # the machine each arm ran on: a results file can gather seeds run on different ones
-            merge_result(results, setup, arm, seed, {**per_arm[arm][-1], "machine": setup["machine"]})
+            # the machine and code each arm ran on: a results file gathers seeds run at different times
+            merge_result(results, setup, arm, seed,
+                         {**per_arm[arm][-1], "machine": setup["machine"], "commit": commit})
         walls[f"seed{seed}"] = stages
     walls["script"] = time.time() - t_script
     summary = write_summary(setup, per_arm, pre_rows, walls, out)
