@@ -7,7 +7,9 @@
 The table, per arm over its seeds: the mean of the four numbers and their spread (min-max for two
 seeds, the standard deviation for three or more), the all-fail fraction as a ratio to vanilla's
 (over the seeds both ran), the number of seeds, and the mean machine load while the arm trained
-(about 2 on a quiet 2-core machine; more, and its step times are not clean). The figure: the
+(about 2 on a quiet 2-core machine; more, and its step times are not clean), and the commit of the code
+each seed ran ("-" for seeds run before it was recorded). With --per-seed, a second table gives every
+arm and seed on its own row. The figure: the
 all-fail fraction of the initial rollouts, mean over seeds, against the post-jump step and against
 the cumulative generated tokens (arms compared at equal generation).
 """
@@ -54,7 +56,7 @@ def all_fail_ratio(arms: dict, arm: str) -> float | None:
 
 def table(results: dict) -> str:
     arms = results["arms"]
-    head = ["arm", "seeds", *(name for _, name, _ in METRICS), "all-fail / vanilla", "load"]
+    head = ["arm", "seeds", *(name for _, name, _ in METRICS), "all-fail / vanilla", "load", "code"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     incomplete = False
     for arm, entry in arms.items():
@@ -65,10 +67,28 @@ def table(results: dict) -> str:
         if any(s.get("reroll_tokens_missing") for s in seeds):
             name, incomplete = arm + " *", True
         cells = [name, str(len(seeds)), *(spread([s[key] for s in seeds], d) for key, _, d in METRICS),
-                 "-" if ratio is None else f"{ratio:.2f}x", f"{statistics.mean(loads):.1f}" if loads else "-"]
+                 "-" if ratio is None else f"{ratio:.2f}x", f"{statistics.mean(loads):.1f}" if loads else "-",
+                 commits(seeds)]
         lines.append("| " + " | ".join(cells) + " |")
     if incomplete:
         lines.append("\n\\* metrics written before mentor/reroll_tokens: its re-roll tokens are not counted")
+    return "\n".join(lines)
+
+
+def commits(seeds: list[dict]) -> str:
+    """The distinct commits the seeds ran at, in seed order ("-" where none was recorded)."""
+    return ", ".join(dict.fromkeys((s.get("commit") or "-")[:7] for s in seeds))
+
+
+def per_seed_table(results: dict) -> str:
+    head = ["arm", "seed", *(name for _, name, _ in METRICS), "load", "code"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm, entry in results["arms"].items():
+        for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
+            load = s.get("load_mean")
+            cells = [arm, seed, *(f"{s[key]:.{d}f}" for key, _, d in METRICS),
+                     "-" if load is None else f"{load:.1f}", commits([s])]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -114,10 +134,13 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", type=Path, help="a results file of experiments/collapse.py")
     p.add_argument("--plot", type=Path, default=None, metavar="OUT.png")
+    p.add_argument("--per-seed", action="store_true", help="also a table with one row per arm and seed")
     args = p.parse_args(argv)
     results = json.loads(args.results.read_text())
     print(f"{args.results}: {describe(results)}\n")
     print(table(results))
+    if args.per_seed:
+        print("\n" + per_seed_table(results))
     if args.plot is not None:
         plot(results, args.plot)
 

@@ -140,27 +140,34 @@ def test_the_machine_load_is_sampled_while_the_block_runs():
     assert load["load_mean"] >= 0.0 and load["load_max"] >= load["load_mean"]
 
 
-def seed_entry(all_fail: float, acc: float, load: float | None = 2.0) -> dict:
+def seed_entry(all_fail: float, acc: float, load: float | None = 2.0, commit: str | None = None) -> dict:
     return {"post_jump_all_fail_frac": all_fail, "heldout_acc_no_hint": acc, "gen_tokens_per_step": 1000.0,
             "s_per_step": 5.0, "load_mean": load, "curve": [all_fail, all_fail],
-            "gen_tokens_curve": [1000.0, 1000.0]}
+            "gen_tokens_curve": [1000.0, 1000.0], **({"commit": commit} if commit else {})}
 
 
 def test_the_report_tables_each_arm_over_its_seeds_and_plots_both_panels(tmp_path, capsys):
     results = {"setup": {"task": "math", "jump_level": 7, "post_steps": 2, "machine": {"cpu": "test cpu"}},
                "arms": {"vanilla": {"seeds": {"0": seed_entry(0.8, 0.0), "1": seed_entry(1.0, 0.1, load=4.0)}},
-                        "mentor": {"seeds": {"0": seed_entry(0.4, 0.4), "1": seed_entry(0.5, 0.5),
-                                             "2": seed_entry(0.6, 0.6, load=None)}}}}
+                        "mentor": {"seeds": {"0": seed_entry(0.4, 0.4, commit="1234567890ab"),
+                                             "1": seed_entry(0.5, 0.5, commit="abcdef012345+dirty"),
+                                             "2": seed_entry(0.6, 0.6, load=None, commit="1234567890ab")}}}}
     path = tmp_path / "baselines.json"
     path.write_text(json.dumps(results))
-    baselines_report.main([str(path), "--plot", str(tmp_path / "report.png")])
+    baselines_report.main([str(path), "--plot", str(tmp_path / "report.png"), "--per-seed"])
     lines = capsys.readouterr().out.splitlines()
     assert "test cpu" in lines[0]
     vanilla, mentor = (next(line for line in lines if line.startswith(f"| {arm} |")) for arm in ("vanilla", "mentor"))
     # vanilla: two seeds, min-max; mentor: three, std; its ratio over the seeds vanilla ran (0 and 1)
     assert vanilla == "| vanilla | 2 | 0.900 (0.800-1.000) | 0.050 (0.000-0.100) | 1000 (1000-1000) | 5.0 (5.0-5.0) " \
-                      "| 1.00x | 3.0 |"
-    assert mentor == "| mentor | 3 | 0.500 ± 0.100 | 0.500 ± 0.100 | 1000 ± 0 | 5.0 ± 0.0 | 0.50x | 2.0 |"
+                      "| 1.00x | 3.0 | - |"
+    assert mentor == "| mentor | 3 | 0.500 ± 0.100 | 0.500 ± 0.100 | 1000 ± 0 | 5.0 ± 0.0 | 0.50x | 2.0 " \
+                     "| 1234567, abcdef0 |"  # the commits the seeds ran at, each once
+    # --per-seed: one row per arm and seed, in seed order
+    rows = [line for line in lines if line.startswith("| mentor | ") and line.count("|") == 9]
+    assert rows == ["| mentor | 0 | 0.400 | 0.400 | 1000 | 5.0 | 2.0 | 1234567 |",
+                    "| mentor | 1 | 0.500 | 0.500 | 1000 | 5.0 | 2.0 | abcdef0 |",
+                    "| mentor | 2 | 0.600 | 0.600 | 1000 | 5.0 | - | 1234567 |"]
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
@@ -191,6 +198,7 @@ def test_a_run_merges_every_arm_of_every_seed_and_a_rerun_with_reuse_trains_noth
     arms = json.loads(results.read_text())["arms"]
     assert {arm: sorted(e["seeds"]) for arm, e in arms.items()} == {a: ["0", "1"] for a in ("vanilla", "mentor", "luffy")}
     assert arms["mentor"]["seeds"]["1"]["gen_tokens_per_step"] == 4 * G * 10.0 + 50.0
+    assert arms["mentor"]["seeds"]["1"]["commit"] == arm_results.source_commit()  # the code that ran, in a checkout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["ratios"]["all_fail_luffy_over_vanilla"] == 1.0 and "mentor" in summary
     results.unlink()
