@@ -63,11 +63,12 @@ def rewards_dir(tmp_path_factory) -> Path:
     return d
 
 
-def _train(out: Path, nproc: int, rewards_dir: Path, *overrides: str, fn: str = "shorter_is_better",
+def _train(out: Path, nproc: int, rewards_dir: Path, *overrides: str, fn: str | None = "shorter_is_better",
            resume: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """A run through the CLI; `fn` None: the data's own verifier scores it."""
     cmd = [sys.executable, "-m", "mentor_fast", "train", "--config", "configs/tiny_test.yaml",
            *(["--nproc", str(nproc)] if nproc > 1 else []), *(["--resume", str(resume)] if resume else []),
-           f"output_dir={out}", *BASE, f'reward.functions=["dist_rewards:{fn}"]', *overrides]
+           f"output_dir={out}", *BASE, *([f'reward.functions=["dist_rewards:{fn}"]'] if fn else []), *overrides]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(rewards_dir), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -142,6 +143,31 @@ def test_two_ranks_match_one_rank_with_the_mentor_and_resume_on_two_and_on_one(t
     resumed = read_metrics(on_one / "metrics.jsonl")
     assert [r["step"] for r in resumed] == [3]
     assert comparable(resumed[0]) == pytest.approx(comparable(rows[2]), rel=1e-5, abs=1e-7)
+
+
+def test_two_ranks_match_one_rank_with_luffy_choosing_from_every_ranks_groups(tmp_path, rewards_dir):
+    """LUFFY on 2 ranks: the random tiny model fails every group and the budget takes half of them,
+    chosen from all ranks' groups at once (Scheduler.plan_held), so the same two groups get the
+    worked solution as on one rank; a plan made per rank would take one group of each rank. gamma
+    1e-5 puts the shaping weights of the random model's tokens (p ~ 1/vocab) near 0.25, so the loss
+    depends on which tokens got them. The gradient norm gets 3e-4: the per-sequence inputs of the
+    loss (pi_old, shaping weights, advantages, sequence weights) were the same on 1 and 2 ranks when
+    this was written, yet the 2-rank norm differed by 6e-5 (1.5e-4 with every group taking a
+    trace). The random model's token gradients are near-identical and the advantages sum to zero
+    per group, so the gradient is a small remainder of large terms, rounded apart when summed as
+    two partial sums."""
+    flags = ("method=luffy", "luffy.gamma=1e-5", "rollout.max_new_tokens=48", "trainer.max_steps=2",
+             "mentor.trigger.max_groups_frac=0.5", "mentor.trigger.collapse_abs=1.0",
+             "mentor.trigger.collapse_delta=1.0")
+    one, two = tmp_path / "one", tmp_path / "two"
+    _ok(_train(one, 1, rewards_dir, *flags, fn=None))
+    _ok(_train(two, 2, rewards_dir, *flags, fn=None))
+    x, y = read_metrics(one / "metrics.jsonl"), read_metrics(two / "metrics.jsonl")
+    assert [r["luffy/inserted"] for r in x] == [2, 2] and all(r["groups/count"] == 4 for r in x)
+    for rx, ry in zip(x, y, strict=True):
+        assert ry.pop("grad_norm") == pytest.approx(rx.pop("grad_norm"), rel=3e-4)
+        assert comparable(ry) == pytest.approx(comparable(rx), rel=1e-5, abs=1e-7), rx["step"]
+    _same_weights(one, two, 2)
 
 
 @pytest.mark.slow  # ~60 s: three 2-rank launches
