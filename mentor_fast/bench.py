@@ -100,6 +100,12 @@ def versions(packages: list[str] = PACKAGES) -> dict[str, str]:
                 break
     except OSError:
         pass
+    try:  # the kernels torch dispatches to (AVX2, AVX512): results differ in the last bits between them
+        import torch
+
+        out["cpu_isa"] = torch.backends.cpu.get_cpu_capability()
+    except ImportError:
+        pass
     out["nproc"] = str(os.cpu_count())
     return out
 
