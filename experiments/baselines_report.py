@@ -104,7 +104,13 @@ def mean_curve(curves: list[list[float]]) -> list[float]:
     return [statistics.mean(values) for values in zip(*curves)]
 
 
-def plot(results: dict, out_png: Path) -> None:
+def trailing_mean(curve: list[float], window: int) -> list[float]:
+    """Each step's mean over itself and the window - 1 steps before it (fewer at the start): one step's
+    all-fail fraction over 4 groups moves in quarters, and the arms' lines cross at every step."""
+    return [statistics.mean(curve[max(0, i + 1 - window):i + 1]) for i in range(len(curve))]
+
+
+def plot(results: dict, out_png: Path, window: int = 1) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,13 +119,15 @@ def plot(results: dict, out_png: Path) -> None:
     fig, (by_step, by_tokens) = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     for arm, entry in results["arms"].items():
         seeds = list(entry["seeds"].values())
-        fail = mean_curve([s["curve"] for s in seeds])
+        fail = trailing_mean(mean_curve([s["curve"] for s in seeds]), window)
         tokens = list(itertools.accumulate(mean_curve([s["gen_tokens_curve"] for s in seeds])))
         by_step.plot(range(1, len(fail) + 1), fail, marker=".", label=f"{arm} ({len(seeds)})")
         by_tokens.plot(tokens, fail, marker=".", label=f"{arm} ({len(seeds)})")
     by_step.set_xlabel("post-jump step")
-    by_step.set_ylabel("all-fail fraction (initial rollouts), mean over seeds")
-    by_tokens.set_xlabel("generated tokens, cumulative (mean over seeds)")
+    over = f", trailing mean of {window} steps" if window > 1 else ""
+    by_step.set_ylabel(f"all-fail fraction (initial rollouts)\nmean over seeds{over}")
+    by_tokens.set_xlabel("generated tokens, cumulative (mean over seeds), log scale")
+    by_tokens.set_xscale("log")  # dynamic sampling decodes several times what the others do
     for ax in (by_step, by_tokens):
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
@@ -135,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("results", type=Path, help="a results file of experiments/collapse.py")
     p.add_argument("--plot", type=Path, default=None, metavar="OUT.png")
     p.add_argument("--per-seed", action="store_true", help="also a table with one row per arm and seed")
+    p.add_argument("--smooth", type=int, default=4, metavar="K",
+                   help="plot each step's all-fail fraction as the mean of the last K steps (1: raw)")
     args = p.parse_args(argv)
     results = json.loads(args.results.read_text())
     print(f"{args.results}: {describe(results)}\n")
@@ -142,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.per_seed:
         print("\n" + per_seed_table(results))
     if args.plot is not None:
-        plot(results, args.plot)
+        plot(results, args.plot, args.smooth)
 
 
 if __name__ == "__main__":

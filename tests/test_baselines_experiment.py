@@ -171,6 +171,11 @@ def test_the_report_tables_each_arm_over_its_seeds_and_plots_both_panels(tmp_pat
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
+def test_the_plotted_curve_is_a_trailing_mean_that_keeps_the_first_steps():
+    assert baselines_report.trailing_mean([1.0, 0.0, 0.5, 0.5, 0.0], 2) == [1.0, 0.5, 0.25, 0.5, 0.25]
+    assert baselines_report.trailing_mean([1.0, 0.0], 1) == [1.0, 0.0]
+
+
 def fake_train(calls: list[str]):
     """collapse.train without training: a run folder with metrics rows and the final checkpoint."""
     def train(overrides: list[str], resume: str | None = None) -> Path:
