@@ -6,7 +6,8 @@
 
 The table, per arm over its seeds: the mean of the four numbers and their spread (min-max for two
 seeds, the standard deviation for three or more), the all-fail fraction as a ratio to vanilla's
-(over the seeds both ran), the number of seeds, and the mean machine load while the arm trained
+(over the seeds both ran) and so the step time (seeds run on different machines compare through it),
+the number of seeds, and the mean machine load while the arm trained
 (about 2 on a quiet 2-core machine; more, and its step times are not clean), and the commit of the code
 each seed ran ("-" for seeds run before it was recorded). With --per-seed, a second table gives every
 arm and seed on its own row. The figure: the
@@ -42,32 +43,37 @@ def spread(values: list[float], decimals: int) -> str:
     return f(mean)
 
 
-def all_fail_ratio(arms: dict, arm: str) -> float | None:
-    """The arm's mean all-fail fraction over vanilla's, on the seeds both ran (None: no such seed,
-    or vanilla never had an all-fail group)."""
+def vs_vanilla(arms: dict, arm: str, key: str = "post_jump_all_fail_frac") -> float | None:
+    """The arm's mean of `key` over vanilla's, on the seeds both ran (None: no such seed, or vanilla's
+    mean is 0). Seeds run on different machines compare through this ratio, not through raw times."""
     vanilla = arms.get("vanilla", {"seeds": {}})["seeds"]
     mine = arms[arm]["seeds"]
     common = [s for s in mine if s in vanilla]
     if not common:
         return None
-    v = statistics.mean(vanilla[s]["post_jump_all_fail_frac"] for s in common)
-    return statistics.mean(mine[s]["post_jump_all_fail_frac"] for s in common) / v if v else None
+    v = statistics.mean(vanilla[s][key] for s in common)
+    return statistics.mean(mine[s][key] for s in common) / v if v else None
+
+
+def ratio_cell(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def table(results: dict) -> str:
     arms = results["arms"]
-    head = ["arm", "seeds", *(name for _, name, _ in METRICS), "all-fail / vanilla", "load", "code"]
+    head = ["arm", "seeds", *(name for _, name, _ in METRICS), "all-fail / vanilla", "s / step / vanilla", "load",
+            "code"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     incomplete = False
     for arm, entry in arms.items():
         seeds = list(entry["seeds"].values())
-        ratio = all_fail_ratio(arms, arm)
         loads = [s["load_mean"] for s in seeds if s.get("load_mean") is not None]
         name = arm
         if any(s.get("reroll_tokens_missing") for s in seeds):
             name, incomplete = arm + " *", True
         cells = [name, str(len(seeds)), *(spread([s[key] for s in seeds], d) for key, _, d in METRICS),
-                 "-" if ratio is None else f"{ratio:.2f}x", f"{statistics.mean(loads):.1f}" if loads else "-",
+                 ratio_cell(vs_vanilla(arms, arm)), ratio_cell(vs_vanilla(arms, arm, "s_per_step")),
+                 f"{statistics.mean(loads):.1f}" if loads else "-",
                  commits(seeds)]
         lines.append("| " + " | ".join(cells) + " |")
     if incomplete:
@@ -81,12 +87,15 @@ def commits(seeds: list[dict]) -> str:
 
 
 def per_seed_table(results: dict) -> str:
-    head = ["arm", "seed", *(name for _, name, _ in METRICS), "load", "code"]
+    head = ["arm", "seed", *(name for _, name, _ in METRICS), "s / step / vanilla", "load", "code"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    vanilla = results["arms"].get("vanilla", {"seeds": {}})["seeds"]
     for arm, entry in results["arms"].items():
         for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
             load = s.get("load_mean")
+            v = vanilla.get(seed, {}).get("s_per_step")
             cells = [arm, seed, *(f"{s[key]:.{d}f}" for key, _, d in METRICS),
+                     ratio_cell(s["s_per_step"] / v if v else None),
                      "-" if load is None else f"{load:.1f}", commits([s])]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

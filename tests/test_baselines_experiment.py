@@ -140,9 +140,10 @@ def test_the_machine_load_is_sampled_while_the_block_runs():
     assert load["load_mean"] >= 0.0 and load["load_max"] >= load["load_mean"]
 
 
-def seed_entry(all_fail: float, acc: float, load: float | None = 2.0, commit: str | None = None) -> dict:
+def seed_entry(all_fail: float, acc: float, load: float | None = 2.0, commit: str | None = None,
+               s_per_step: float = 5.0) -> dict:
     return {"post_jump_all_fail_frac": all_fail, "heldout_acc_no_hint": acc, "gen_tokens_per_step": 1000.0,
-            "s_per_step": 5.0, "load_mean": load, "curve": [all_fail, all_fail],
+            "s_per_step": s_per_step, "load_mean": load, "curve": [all_fail, all_fail],
             "gen_tokens_curve": [1000.0, 1000.0], **({"commit": commit} if commit else {})}
 
 
@@ -150,7 +151,7 @@ def test_the_report_tables_each_arm_over_its_seeds_and_plots_both_panels(tmp_pat
     results = {"setup": {"task": "math", "jump_level": 7, "post_steps": 2, "machine": {"cpu": "test cpu"}},
                "arms": {"vanilla": {"seeds": {"0": seed_entry(0.8, 0.0), "1": seed_entry(1.0, 0.1, load=4.0)}},
                         "mentor": {"seeds": {"0": seed_entry(0.4, 0.4, commit="1234567890ab"),
-                                             "1": seed_entry(0.5, 0.5, commit="abcdef012345+dirty"),
+                                             "1": seed_entry(0.5, 0.5, commit="abcdef012345+dirty", s_per_step=10.0),
                                              "2": seed_entry(0.6, 0.6, load=None, commit="1234567890ab")}}}}
     path = tmp_path / "baselines.json"
     path.write_text(json.dumps(results))
@@ -158,16 +159,17 @@ def test_the_report_tables_each_arm_over_its_seeds_and_plots_both_panels(tmp_pat
     lines = capsys.readouterr().out.splitlines()
     assert "test cpu" in lines[0]
     vanilla, mentor = (next(line for line in lines if line.startswith(f"| {arm} |")) for arm in ("vanilla", "mentor"))
-    # vanilla: two seeds, min-max; mentor: three, std; its ratio over the seeds vanilla ran (0 and 1)
+    # vanilla: two seeds, min-max; mentor: three, std; its ratios over the seeds vanilla ran (0 and 1)
     assert vanilla == "| vanilla | 2 | 0.900 (0.800-1.000) | 0.050 (0.000-0.100) | 1000 (1000-1000) | 5.0 (5.0-5.0) " \
-                      "| 1.00x | 3.0 | - |"
-    assert mentor == "| mentor | 3 | 0.500 ± 0.100 | 0.500 ± 0.100 | 1000 ± 0 | 5.0 ± 0.0 | 0.50x | 2.0 " \
+                      "| 1.00x | 1.00x | 3.0 | - |"
+    assert mentor == "| mentor | 3 | 0.500 ± 0.100 | 0.500 ± 0.100 | 1000 ± 0 | 6.7 ± 2.9 | 0.50x | 1.50x | 2.0 " \
                      "| 1234567, abcdef0 |"  # the commits the seeds ran at, each once
     # --per-seed: one row per arm and seed, in seed order
-    rows = [line for line in lines if line.startswith("| mentor | ") and line.count("|") == 9]
-    assert rows == ["| mentor | 0 | 0.400 | 0.400 | 1000 | 5.0 | 2.0 | 1234567 |",
-                    "| mentor | 1 | 0.500 | 0.500 | 1000 | 5.0 | 2.0 | abcdef0 |",
-                    "| mentor | 2 | 0.600 | 0.600 | 1000 | 5.0 | - | 1234567 |"]
+    # (its step time over vanilla's on the same seed; seed 2 has no vanilla run)
+    rows = [line for line in lines if line.startswith("| mentor | ") and line.count("|") == 10]
+    assert rows == ["| mentor | 0 | 0.400 | 0.400 | 1000 | 5.0 | 1.00x | 2.0 | 1234567 |",
+                    "| mentor | 1 | 0.500 | 0.500 | 1000 | 10.0 | 2.00x | 2.0 | abcdef0 |",
+                    "| mentor | 2 | 0.600 | 0.600 | 1000 | 5.0 | - | - | 1234567 |"]
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
