@@ -43,12 +43,14 @@ def spread(values: list[float], decimals: int) -> str:
     return f(mean)
 
 
-def vs_vanilla(arms: dict, arm: str, key: str = "post_jump_all_fail_frac") -> float | None:
-    """The arm's mean of `key` over vanilla's, on the seeds both ran (None: no such seed, or vanilla's
-    mean is 0). Seeds run on different machines compare through this ratio, not through raw times."""
+def vs_vanilla(arms: dict, arm: str, key: str = "post_jump_all_fail_frac",
+               seeds: list[str] | None = None) -> float | None:
+    """The arm's mean of `key` over vanilla's, on the seeds both ran, of `seeds` if given (None: no such
+    seed, or vanilla's mean is 0). Seeds run on different machines compare through this ratio, not
+    through raw times."""
     vanilla = arms.get("vanilla", {"seeds": {}})["seeds"]
     mine = arms[arm]["seeds"]
-    common = [s for s in mine if s in vanilla]
+    common = [s for s in (mine if seeds is None else seeds) if s in vanilla]
     if not common:
         return None
     v = statistics.mean(vanilla[s][key] for s in common)
@@ -89,13 +91,11 @@ def commits(seeds: list[dict]) -> str:
 def per_seed_table(results: dict) -> str:
     head = ["arm", "seed", *(name for _, name, _ in METRICS), "s / step / vanilla", "load", "code"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    vanilla = results["arms"].get("vanilla", {"seeds": {}})["seeds"]
     for arm, entry in results["arms"].items():
         for seed, s in sorted(entry["seeds"].items(), key=lambda kv: int(kv[0])):
             load = s.get("load_mean")
-            v = vanilla.get(seed, {}).get("s_per_step")
             cells = [arm, seed, *(f"{s[key]:.{d}f}" for key, _, d in METRICS),
-                     ratio_cell(s["s_per_step"] / v if v else None),
+                     ratio_cell(vs_vanilla(results["arms"], arm, "s_per_step", [seed])),
                      "-" if load is None else f"{load:.1f}", commits([s])]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
