@@ -372,7 +372,8 @@ def parse_args(p: argparse.ArgumentParser, argv: list[str] | None = None) -> arg
     return args
 
 
-# flags that say which part of an experiment an invocation runs, and where, not what it is
+# flags that say which part of an experiment an invocation runs, and where, not what it is: the results
+# file, which gathers many invocations (on many machines), does not keep them
 RUN_ONLY = {"seeds", "first_seed", "arms", "reuse", "out", "results", "sft_only"}
 
 
@@ -455,6 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     if conflicts := setup_conflicts(results, setup):
         p.error(f"--results {results} holds an experiment with other flags ({', '.join(conflicts)}); "
                 "pass another --results")
+    experiment = {k: v for k, v in setup.items() if k not in RUN_ONLY}
     arms = args.arms.split(",")
     per_arm: dict[str, list[dict]] = {arm: [] for arm in arms}
     walls: dict[str, dict[str, float]] = {}  # wall seconds of what this invocation ran, per seed and stage
@@ -468,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
         for arm in arms:
             per_arm[arm].append(run_arm(args, arm, base, seed, start, stages))
             # the machine and code each arm ran on: a results file gathers seeds run at different times
-            merge_result(results, setup, arm, seed,
+            merge_result(results, experiment, arm, seed,
                          {**per_arm[arm][-1], "machine": setup["machine"], "commit": commit})
         walls[f"seed{seed}"] = stages
     walls["script"] = time.time() - t_script

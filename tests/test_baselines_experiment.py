@@ -206,6 +206,8 @@ def test_a_run_merges_every_arm_of_every_seed_and_a_rerun_with_reuse_trains_noth
     assert {arm: sorted(e["seeds"]) for arm, e in arms.items()} == {a: ["0", "1"] for a in ("vanilla", "mentor", "luffy")}
     assert arms["mentor"]["seeds"]["1"]["gen_tokens_per_step"] == 4 * G * 10.0 + 50.0
     assert arms["mentor"]["seeds"]["1"]["commit"] == arm_results.source_commit()  # the code that ran, in a checkout
+    setup = json.loads(results.read_text())["setup"]  # the experiment, not this invocation's folders
+    assert setup["post_steps"] == 3 and not setup.keys() & {"out", "results", "arms", "seeds"}
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["ratios"]["all_fail_luffy_over_vanilla"] == 1.0 and "mentor" in summary
     results.unlink()
