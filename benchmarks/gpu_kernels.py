@@ -55,7 +55,7 @@ from mentor_fast.kernels import (
     token_logprobs,
     token_logprobs_ref,
 )
-from mentor_fast.kernels.testing import run_loss, tiny_atol
+from mentor_fast.kernels.testing import rule_check, run_loss, tiny_atol
 
 GPU_SHAPE = (16384, 2048, 151936)
 TINY_SHAPE = (256, 64, 1000)
@@ -248,20 +248,6 @@ def _master_weights(x, device, seed=0):
     return hid, w
 
 
-def _within_rule(got, ref64, same_prec, atol: float) -> tuple[float, float, bool]:
-    """(max |got - ref64|, max |same_prec - ref64|, the rule of kernels/testing.assert_close_rule:
-    |got - ref64| <= 2 |same_prec - ref64| + atol everywhere), with few temporaries of the
-    tensor's size (dW is [V, H])."""
-    ref64 = ref64.detach()
-    got, same_prec = got.detach().to(ref64.device, torch.float64), same_prec.detach().to(ref64.device, torch.float64)
-    err = (got - ref64).abs_()
-    del got
-    base = (same_prec - ref64).abs_()
-    del same_prec
-    ok = bool((err <= base.mul(2.0).add_(atol)).all())
-    return float(err.max()), float(base.max()), ok
-
-
 def _bf16_master_row(x, device) -> dict:
     """grpo_loss on fp32 hidden + weight with compute_dtype=bf16 (bf16 operands, fp32 accumulation
     and logits, fp32 dW for the master weight), and its check against fp64 on the bf16-rounded
@@ -292,9 +278,10 @@ def _bf16_master_row(x, device) -> dict:
             res, ok = {}, dh.dtype == torch.float32 and dw.dtype == torch.float32
             for name, got, ref, same in (("loss", out.loss, r64.loss, rs.loss), ("dH", dh, dh64, dhs),
                                          ("dW", dw, dw64, dws)):
-                err, base, good = _within_rule(got, ref, same, tiny_atol(torch.float32, ref))
-                res[name] = {"max_err": err, "same_precision_max_err": base, "ok": good}
-                ok &= good
+                r = rule_check(got, ref, same, tiny_atol(torch.float32, ref))
+                res[name] = {"max_err": r["max_err"], "mean_err": r["mean_err"], "same_precision_max_err":
+                             r["torch_max_err"], "same_precision_mean_err": r["torch_mean_err"], "ok": not r["bad"]}
+                ok &= not r["bad"]
             # an fp32 dW is well below one bf16 rounding of dW (a dW rounded to bf16 is at 1); reported
             rounding = float((dw64.to(bf).double() - dw64).abs_().max())
             res["dW_err_over_bf16_rounding"] = res["dW"]["max_err"] / max(rounding, 1e-300)

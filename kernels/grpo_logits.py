@@ -46,6 +46,9 @@ def grpo_rows_triton(z, y, t: TokenInputs, opts: GRPOOptions, *, inv_temp=1.0, n
     ent = torch.empty(c, **f32) if with_ent else logp
     dz = dz_out
     if need_grad and dz is None:
+        if dz_dtype.itemsize > z.dtype.itemsize:
+            raise ValueError(f"grpo_rows_triton: a {dz_dtype} gradient cannot be written in place into {z.dtype} "
+                             "logits; pass dz_out, or a dz_dtype no wider than the logits'")
         dz = z if z.dtype == dz_dtype else z.view(dz_dtype)[:, :v]  # bf16 dz in fp32 row's first half
     dummy = logp
     rew, gid, sid = fused_adv if fused_adv is not None else (dummy, dummy, dummy)

@@ -151,7 +151,9 @@ class _FusedGRPOFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, run: _Run):
         need_dw = ctx.needs_input_grad[1] and run.opts.compute_weight_grad
-        run.dz_dtype = run.opts.compute_dtype or hidden.dtype  # triton: dz in the GEMM dtype, in place
+        # triton: dz in the GEMM operand dtype, in place in the fp32 chunk; fp64 inputs compute in fp32
+        # (LMHead), so their dz is fp32 too (an fp64 dz cannot live in an fp32 row)
+        run.dz_dtype = run.opts.compute_dtype or min(hidden.dtype, torch.float32, key=lambda d: d.itemsize)
         dh, dw = run(hidden, weight, ctx.needs_input_grad[0], need_dw)
         # kept as attributes, not saved tensors, so backward can hand them over without a copy
         ctx.grads, ctx.dtypes = [dh, dw], (hidden.dtype, weight.dtype)

@@ -6,22 +6,43 @@ from __future__ import annotations
 import torch
 
 
-def assert_close_rule(name: str, got, ref64, same_prec, atol: float = 1e-6, factor: float = 2.0) -> None:
-    """|got - ref_fp64| <= factor * |torch_same_precision - ref_fp64| + atol, elementwise.
+def rule_check(got, ref64, same_prec, atol: float = 1e-6, factor: float = 2.0) -> dict:
+    """The tolerance rule on error distributions, as flash-attention's tests state it: the kernel's
+    error against the float64 reference may be at most `factor` times torch's error at the same
+    precision, on the largest element AND on the mean, each plus `atol`:
 
-    Prints max/mean error of both and the first bad index, so a failure says where and by how much.
-    """
-    got, ref64, same_prec = (x.detach().to(torch.float64).reshape(-1) for x in (got, ref64, same_prec))
-    err = (got - ref64).abs()
-    base = (same_prec - ref64).abs()
-    bad = err > factor * base + atol
-    msg = (f"{name}: max err {err.max().item():.3e} mean {err.mean().item():.3e} | same-precision torch "
-           f"max {base.max().item():.3e} mean {base.mean().item():.3e}")
-    if bad.any():
-        i = int(bad.nonzero()[0])
-        msg += (f" | {int(bad.sum())} bad, first at {i}: got {got[i].item():.8g} ref {ref64[i].item():.8g} "
-                f"torch {same_prec[i].item():.8g}")
-        raise AssertionError(msg)
+        max |got - ref64|  <= factor * max |same - ref64|  + atol
+        mean |got - ref64| <= factor * mean |same - ref64| + atol
+
+    Not element by element: torch happens to be exact on single elements where any other summation
+    order is not, so a kernel as accurate as torch overall would fail there (issue: 2 of 2.6e5 dH
+    entries in fp32, 7,092 dW entries of a bf16 head 180x more accurate than torch at its worst).
+    The max catches one element far off; the mean catches an error spread thinly over all of them.
+    Returns the statistics, which of the two bounds failed ("bad": [] when both hold) and the index
+    of the kernel's worst element. Few temporaries of the input's size (dW can be [V, H])."""
+    ref64 = ref64.detach().reshape(-1)
+    err = torch.sub(got.detach().reshape(-1).to(ref64.device, torch.float64), ref64).abs_()  # never in place:
+    base = torch.sub(same_prec.detach().reshape(-1).to(ref64.device, torch.float64), ref64).abs_()  # .to may alias
+    n = max(err.numel(), 1)
+    stats = {"max_err": float(err.max()) if err.numel() else 0.0, "mean_err": float(err.sum()) / n,
+             "torch_max_err": float(base.max()) if base.numel() else 0.0, "torch_mean_err": float(base.sum()) / n,
+             "worst": int(err.argmax()) if err.numel() else -1, "atol": atol, "factor": factor}
+    stats["bad"] = [k for k in ("max", "mean")
+                    if stats[f"{k}_err"] > factor * stats[f"torch_{k}_err"] + atol]
+    return stats
+
+
+def assert_close_rule(name: str, got, ref64, same_prec, atol: float = 1e-6, factor: float = 2.0) -> None:
+    """rule_check, asserted: prints the max and mean error of both and, on failure, which bound
+    failed and the kernel's worst element, so a failure says where and by how much."""
+    s = rule_check(got, ref64, same_prec, atol, factor)
+    msg = (f"{name}: max err {s['max_err']:.3e} mean {s['mean_err']:.3e} | same-precision torch "
+           f"max {s['torch_max_err']:.3e} mean {s['torch_mean_err']:.3e} | atol {atol:.1e}")
+    if s["bad"]:
+        i = s["worst"]
+        g, r, t = (x.detach().reshape(-1)[i].item() for x in (got, ref64, same_prec))
+        raise AssertionError(f"{msg} | over {factor:g}x torch on the {' and the '.join(s['bad'])}; worst element "
+                             f"{i}: got {g:.8g} ref {r:.8g} torch {t:.8g}")
     print(msg)
 
 

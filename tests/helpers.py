@@ -61,11 +61,11 @@ def make_groups(rewards: list[list[float]], seed: int = 0, hinted: bool = True) 
 
 
 def make_updater(path, impl: str = "reference", *, bf16: bool = False, dtype: torch.dtype = torch.float32,
-                 loss: dict | None = None, **trainer) -> PolicyUpdater:
-    """A PolicyUpdater on a fresh copy of the model at `path` (seeded), AdamW at lr 1e-3, 16 new
-    tokens at most; bf16: the decoder under bf16 autocast and the head on bf16 operands."""
+                 loss: dict | None = None, device: str = "cpu", **trainer) -> PolicyUpdater:
+    """A PolicyUpdater on a fresh copy of the model at `path` (seeded) on `device`, AdamW at lr 1e-3,
+    16 new tokens at most; bf16: the decoder under bf16 autocast and the head on bf16 operands."""
     torch.manual_seed(0)
-    model = load_policy(path).to(dtype)
+    model = load_policy(path).to(device=device, dtype=dtype)
     model.train()
     optim_cfg = OptimConfig(lr=1e-3)
     optimizer, scheduler = build_optimizer(model, optim_cfg, max_steps=10)

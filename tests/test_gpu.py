@@ -11,9 +11,11 @@ grid-stride loop runs, and 2,600 rows are 3 chunks, the last partial.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from helpers import write_shaped_reward
+from helpers import grads_of_update, make_groups, make_updater, write_shaped_reward
 from mentor_fast.kernels import (
     grpo_loss,
     grpo_loss_from_logits,
@@ -23,6 +25,9 @@ from mentor_fast.kernels import (
     token_logprobs_ref,
 )
 from mentor_fast.kernels.testing import LOSS_CASES, assert_close_rule, make_batch, run_loss, tiny_atol
+
+from mentor_fast.algo.batch import build_train_batch
+from mentor_fast.config import AdvantageConfig
 
 pytestmark = pytest.mark.gpu
 
@@ -258,11 +263,27 @@ assert err_h < 1e-4 and err_g < 1e-3, (err_h, err_g)
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-def test_bf16_training_run_on_gpu_fused_matches_reference(tmp_path, monkeypatch):
-    """model.autocast_bf16 on the GPU: fp32 master weights, bf16 decoder, the bf16-operand head.
-    Fused against reference with the same rounded operands: the same samples every step (rewards
-    equal) and loss / grad_norm to 1e-3 relative (bf16 decoder activations are computed the same
-    way by both; what differs is the head's reduction order)."""
+def test_bf16_update_on_gpu_fused_is_within_the_rule_of_torch(tiny_model_path):
+    """model.autocast_bf16 on the GPU (fp32 master weights, bf16 decoder, the bf16-operand head), one
+    update on fixed rollouts, so both losses score the same samples: per parameter, the fused head's
+    gradient is as close to a float64 update as torch's bf16 update (the reference loss on
+    materialised logits under the same autocast) by the rule on error distributions. Two bf16 *runs*
+    are not compared past their first step: one update apart they sample different tokens (reduction
+    order moves a bf16 rounding), so their later steps score different samples."""
+    batch = build_train_batch(make_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0]]), AdvantageConfig())
+    fused, _ = grads_of_update(make_updater(tiny_model_path, "fused", bf16=True, device="cuda"), batch)
+    ref, _ = grads_of_update(make_updater(tiny_model_path, "reference", bf16=True, device="cuda"), batch)
+    g64, _ = grads_of_update(make_updater(tiny_model_path, "reference", dtype=torch.float64, device="cuda"), batch)
+    assert all(g.dtype == torch.float32 for g in fused.values())
+    for name, want in g64.items():
+        assert_close_rule(f"bf16 update {name}", fused[name], want, ref[name], atol=tiny_atol(torch.float32, want))
+    assert max(float((fused[n].double() - g64[n]).abs().max()) for n in g64) > 0, "bf16 was not in effect"
+
+
+def test_bf16_training_run_on_gpu_fused_and_reference_agree_on_their_shared_first_step(tmp_path, monkeypatch):
+    """The trainer's wiring with model.autocast_bf16 on the GPU: fused and reference runs draw the same
+    first step (same weights, same seeds), so its reward is equal and its loss and grad_norm agree to
+    bf16 head noise; both runs go on to a finite second step (whose samples may differ, see above)."""
     from mentor_fast.config import load_config
     from mentor_fast.metrics import read_metrics
     from mentor_fast.trainer import Trainer
@@ -275,8 +296,8 @@ def test_bf16_training_run_on_gpu_fused_matches_reference(tmp_path, monkeypatch)
             "model.autocast_bf16=true", "model.liger=false", "trainer.tensorboard=false", "trainer.progress=false",
             reward_fn])
         rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
-    assert rows["fused"][0]["grad_norm"] > 0
-    for ref, fused in zip(rows["reference"], rows["fused"]):
-        assert fused["reward/mean"] == ref["reward/mean"], f"step {ref['step']}: different samples"
-        for key in ("loss", "grad_norm"):
-            assert fused[key] == pytest.approx(ref[key], rel=1e-3, abs=1e-6), (ref["step"], key)
+    ref, fused = rows["reference"][0], rows["fused"][0]
+    assert fused["grad_norm"] > 0 and fused["reward/mean"] == ref["reward/mean"]
+    for key in ("loss", "grad_norm"):
+        assert fused[key] == pytest.approx(ref[key], rel=1e-3, abs=1e-6), key
+    assert all(len(r) == 2 and all(math.isfinite(x["loss"]) for x in r) for r in rows.values())

@@ -1,7 +1,8 @@
 """Kernel tests on the CPU default path (chunked torch) and the plain-torch references.
 
-Every value is compared with a float64 autograd reference under the tolerance rule
-|kernel - ref64| <= 2 |torch same precision - ref64| + tiny atol (mentor_fast.kernels.testing).
+Every value is compared with a float64 autograd reference under the tolerance rule: the kernel's
+max and mean error against float64 each at most 2x torch's at the same precision, plus a tiny atol
+(mentor_fast.kernels.testing.rule_check).
 The Triton kernels (interpreter) are in test_kernels_triton.py.
 """
 
@@ -26,6 +27,7 @@ from mentor_fast.kernels.testing import (
     case_temperature,
     loss_kwargs,
     make_batch,
+    rule_check,
     run_loss,
     tiny_atol,
 )
@@ -326,3 +328,32 @@ def test_a_masked_sequence_and_a_masked_token_get_exactly_no_gradient(backend):
         if mode == "sequence_mask":  # whole sequences: a dropped token's sequence has no kept token
             assert not set(b["seq_ids"][dropped].tolist()) & set(b["seq_ids"][kept].tolist())
         assert 0 < float(out.is_masked_frac) < 1
+
+
+def test_the_tolerance_rule_reads_error_distributions_and_catches_planted_errors():
+    """rule_check bounds the max and the mean error, each by 2x torch's: a kernel as accurate as
+    torch overall passes even where torch is exact on single elements (the elementwise rule failed
+    there); one element far off fails on the max; an error spread thinly over every element, each
+    under torch's max, fails on the mean."""
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(10_000, generator=g, dtype=torch.float64)
+    torch_out = ref + torch.randn(10_000, generator=g, dtype=torch.float64) * 1e-7
+    torch_out[:100] = ref[:100]  # torch exact on some elements
+    kernel = ref + torch.randn(10_000, generator=g, dtype=torch.float64) * 1e-7  # as accurate, elsewhere exact
+    assert rule_check(kernel, ref, torch_out, atol=0.0)["bad"] == []
+    assert ((kernel - ref).abs() > 2 * (torch_out - ref).abs()).any()  # the elementwise rule would fail
+    spike = kernel.clone()
+    spike[1234] += 1e-5
+    s = rule_check(spike, ref, torch_out, atol=0.0)
+    assert s["bad"] == ["max"] and s["worst"] == 1234
+    spread = ref + (torch_out - ref).abs().max() * 0.9  # every element near torch's worst
+    assert rule_check(spread, ref, torch_out, atol=0.0)["bad"] == ["mean"]
+    with pytest.raises(AssertionError, match=r"over 2x torch on the max; worst element 1234"):
+        assert_close_rule("planted", spike, ref, torch_out, atol=0.0)
+    b = make_batch(64, 32, 300, seed=3)
+    _, dh, _ = run_loss(grpo_loss, b, torch.float32)
+    _, dh64, _ = run_loss(grpo_loss_ref, b, torch.float64)
+    _, dhs, _ = run_loss(grpo_loss_ref, b, torch.float32)
+    assert_close_rule("dH", dh, dh64, dhs, atol=tiny_atol(torch.float32, dh64))
+    with pytest.raises(AssertionError):  # a gradient 1% off, as a wrong kernel would give
+        assert_close_rule("dH x 1.01", dh * 1.01, dh64, dhs, atol=tiny_atol(torch.float32, dh64))

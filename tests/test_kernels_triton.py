@@ -97,6 +97,33 @@ def test_grpo_rows_kernel_bf16_in_place_half_rows():
     _check(b, torch.bfloat16, "temperature_dual_clip_k3", n_chunk=16)
 
 
+def test_float64_inputs_with_an_odd_vocabulary_run_on_the_triton_backend():
+    """fp64 hidden and weight (any V, here odd: an fp64 dz cannot be viewed into an fp32 row) through
+    the Triton K2 and K1 paths: the head computes in fp32 as on the torch path, the gradients come
+    back in fp64, and the results are within the rule of torch in fp32 on the same inputs."""
+    b = make_batch(37, 64, 1003, seed=16, temperature=0.7)
+    kw = {"temperature": 0.7, "beta": 0.1, "kl_estimator": "k3", "ref_logp": b["ref_logp"]}
+    r64, dh64, dw64 = run_loss(grpo_loss_ref, b, torch.float64, **kw)
+    rs, dhs, dws = run_loss(grpo_loss_ref, b, torch.float32, **kw)
+    bd = _on(b)
+    out, dh, dw = run_loss(grpo_loss, bd, torch.float64, backend="triton", chunk_tokens=16,
+                           **{**kw, "ref_logp": bd["ref_logp"]})
+    assert dh.dtype == dw.dtype == torch.float64
+    assert_close_rule("fp64 loss", out.loss.cpu(), r64.loss, rs.loss, atol=tiny_atol(torch.float32, r64.loss))
+    assert_close_rule("fp64 dH", dh.cpu(), dh64, dhs, atol=tiny_atol(torch.float32, dh64))
+    assert_close_rule("fp64 dW", dw.cpu(), dw64, dws, atol=tiny_atol(torch.float32, dw64))
+    st = token_logprob_stats(bd["hidden"], bd["weight"], bd["targets"], 0.7, backend="triton", chunk_tokens=16)
+    ref = token_logprobs_ref(b["hidden"], b["weight"], b["targets"], 0.7).logp
+    same = token_logprobs_ref(b["hidden"].float(), b["weight"].float(), b["targets"], 0.7).logp
+    assert_close_rule("fp64 K1 logp", st.logp.cpu(), ref, same, atol=tiny_atol(torch.float32, ref))
+    z64 = (b["hidden"] @ b["weight"].T).to(DEV).requires_grad_()
+    lo = grpo_loss_from_logits(z64, *(bd[k] for k in ("targets", "old_logp", "advantages", "token_weights")),
+                               backend="triton", **{**kw, "ref_logp": bd["ref_logp"]})
+    lo.loss.backward()
+    assert z64.grad.dtype == torch.float64
+    assert lo.loss.item() == pytest.approx(r64.loss.item(), rel=1e-5)
+
+
 @pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "batch", "rloo"])
 def test_advantages_inside_the_row_kernel(estimator):
     b = make_batch(24, 64, 64, seqs=8, seed=13)  # V = 64: one block, so this checks K0 only
