@@ -3,22 +3,27 @@
     python benchmarks/gpu_kernels.py [--out FILE.json] [--budget-s 300]
     python benchmarks/gpu_kernels.py --tiny     # tiny fp32 shapes on the CPU (automatic without CUDA)
 
-GPU shape: N=16,384 packed tokens, H=2,048, V=151,936 (a Qwen2.5-1.5B-like head), bf16 inputs, fp32
-accumulation and fp32 logits inside. Rows, each forward + backward (hidden -> loss -> dH, dW):
+GPU shapes: N=16,384 packed tokens, H=2,048, V=151,936 (a Qwen2.5-1.5B-like head), then N=4,096,
+H=4,096, V=128,256 (the shape Liger's and QuACK's fused linear cross-entropy were measured at); bf16
+inputs, fp32 accumulation. Rows, each forward + backward (hidden -> loss -> dH, dW):
 - floor_3gemm: the bare 3 GEMMs, z = h W^T (fp32 out), dH = dz W, dW = dz^T h (fp32 out), dz a bf16
   [N, V] made beforehand: 6NHV FLOPs, no loss math; the floor for every row below it;
-- fused: mentor_fast.kernels.grpo_loss, backend None (CUDA -> the Triton row kernel);
-- fused_bf16_fp32m: the same on fp32 hidden and weight (the fp32 master weight of a model.autocast_bf16
-  run; the same draws as the bf16 inputs, unrounded) with compute_dtype=torch.bfloat16: bf16 GEMM
-  operands, fp32 accumulation and logits, an fp32 dW. Besides the timing, its loss, dH and dW on the
-  first CHECK_ROWS rows against grpo_loss_ref in fp64 on the bf16-rounded inputs, under the tests'
-  rule (kernels/testing.py: within 2x the error of torch at the same precision, bf16 logits, plus a
-  tiny atol); the row says "within tolerance" or fails the run;
+- fused: mentor_fast.kernels.grpo_loss, backend None (CUDA -> the Triton row kernels + cuBLAS);
+- fused_gemm: backend "gemm" (kernels/gemm_head.py): an autotuned Triton GEMM whose epilogue takes the
+  softmax statistics and writes bf16 scaled probabilities, so the fp32 logits never leave the chip;
+- fused_bf16_fp32m / fused_gemm_bf16_fp32m: the same two on fp32 hidden and weight (the fp32 master
+  weight of a model.autocast_bf16 run; the same draws as the bf16 inputs, unrounded) with
+  compute_dtype=torch.bfloat16: bf16 GEMM operands, fp32 accumulation, an fp32 dW. Besides the
+  timing, loss, dH and dW on the first CHECK_ROWS rows against grpo_loss_ref in fp64 on the
+  bf16-rounded inputs, under the tests' rule (kernels/testing.py: max and mean error each within 2x
+  torch's at the same precision, bf16 logits, plus a tiny atol); "within tolerance" or the run fails;
 - naive: grpo_loss_ref, materialised logits (the GEMM in the input dtype, as a model returning bf16
   logits does), fp32 log-softmax, autograd;
-- liger: liger-kernel's LigerFusedLinearGRPOLoss (compiled=True, loss_type dapo = our token mean,
-  beta 0, the same clip range), or a row saying why not;
-- floor_fwd_gemm / k1_logprobs: K1 (token_logprobs, no grad) against the bare forward GEMM (2NHV);
+- liger / liger_tf32: liger-kernel's LigerFusedLinearGRPOLoss (compiled=True, chunk_size = the batch's
+  sequences, loss_type dapo = our token mean, beta 0, the same clip range), TF32 off / on, or a row
+  saying why not;
+- floor_fwd_gemm / k1_logprobs / k1_gemm: K1 (token_logprobs, no grad; the row kernel, and the GEMM
+  head, which writes no logits) against the bare forward GEMM (2NHV);
 - logits_inplace: grpo_loss_from_logits(inplace=True) on bf16 logits (2 reads + 1 write of them),
   against a device copy. Each timed call gets pristine logits, restored from a copy outside the
   timed region (the call overwrites them with the gradient); the restore is reported separately.
@@ -57,7 +62,7 @@ from mentor_fast.kernels import (
 )
 from mentor_fast.kernels.testing import rule_check, run_loss, tiny_atol
 
-GPU_SHAPE = (16384, 2048, 151936)
+GPU_SHAPES = [(16384, 2048, 151936), (4096, 4096, 128256)]  # a Qwen2.5-1.5B-like head; the anchors' M, H, V
 TINY_SHAPE = (256, 64, 1000)
 _FALLBACKS: set[str] = set()
 MISMATCH = 0.05  # a fused row whose loss, dH or dW is this far from the naive row fails the run
@@ -197,15 +202,19 @@ def variants(x, device, interpret: bool) -> list[dict]:
 
     rows.append({"name": "fused", "fn": fused(), "flops": 3 * nhv, "floor": "floor_3gemm", "ours": True,
                  "note": "grpo_loss, backend " + ("triton" if cuda else "torch (chunked)")})
+    triton_ok = cuda or (interpret and _version("triton") is not None)
+    triton_skip = None if triton_ok else ("triton is not installed" if _version("triton") is None
+                                          else "no CUDA; set TRITON_INTERPRET=1 to interpret it")
     if not cuda:
-        triton_ok = interpret and _version("triton") is not None
         rows.append({"name": "fused_triton", "fn": fused("triton") if triton_ok else None, "flops": 3 * nhv,
                      "floor": "floor_3gemm", "ours": True, "slow": True,
-                     "note": "grpo_loss, backend triton (interpreter)",
-                     "skip": None if triton_ok else ("triton is not installed" if _version("triton") is None
-                                                     else "no CUDA; set TRITON_INTERPRET=1 to interpret it")})
-
+                     "note": "grpo_loss, backend triton (interpreter)", "skip": triton_skip})
+    rows.append({"name": "fused_gemm", "fn": fused("gemm") if triton_ok else None, "flops": 3 * nhv,
+                 "floor": "floor_3gemm", "ours": True, "slow": not cuda, "skip": triton_skip,
+                 "note": "grpo_loss, backend gemm (Triton GEMM with the statistics epilogue; bf16 P'; cuBLAS dH, dW)"})
     rows.append(_bf16_master_row(x, device))
+    if triton_ok:
+        rows.append(_bf16_master_row(x, device, backend="gemm"))
 
     def naive():
         h, w = _leaves(x)
@@ -222,15 +231,18 @@ def variants(x, device, interpret: bool) -> list[dict]:
     def fwd_gemm():
         return None, _mm_f32(x["hidden"], x["weight"].T), None
 
-    def k1():
-        return None, token_logprobs(x["hidden"], x["weight"], x["targets"]), None
+    def k1(backend=None):
+        return lambda: (None, token_logprobs(x["hidden"], x["weight"], x["targets"], backend=backend), None)
 
     rows.append({"name": "floor_fwd_gemm", "fn": fwd_gemm, "flops": nhv, "floor": "floor_fwd_gemm",
                  "note": "h W^T fp32-out"})
-    rows.append({"name": "k1_logprobs", "fn": k1, "flops": nhv, "floor": "floor_fwd_gemm",
+    rows.append({"name": "k1_logprobs", "fn": k1(), "flops": nhv, "floor": "floor_fwd_gemm",
                  "note": "token_logprobs, no grad"})
+    rows.append({"name": "k1_gemm", "fn": k1("gemm") if triton_ok else None, "flops": nhv, "floor": "floor_fwd_gemm",
+                 "slow": not cuda, "skip": triton_skip, "note": "token_logprobs, backend gemm: no logits written"})
     rows.append(_inplace_row(x, device))
-    rows.append(_liger_row(x, device, interpret, nhv))  # last: torch.compile takes the longest
+    for tf32 in (False, True):  # last: torch.compile takes the longest
+        rows.append(_liger_row(x, device, interpret, nhv, tf32))
     return rows
 
 
@@ -248,7 +260,7 @@ def _master_weights(x, device, seed=0):
     return hid, w
 
 
-def _bf16_master_row(x, device) -> dict:
+def _bf16_master_row(x, device, backend: str | None = None) -> dict:
     """grpo_loss on fp32 hidden + weight with compute_dtype=bf16 (bf16 operands, fp32 accumulation
     and logits, fp32 dW for the master weight), and its check against fp64 on the bf16-rounded
     inputs (tests/test_kernels.py::test_grpo_loss_bf16_compute_fp32_master builds it the same way)."""
@@ -261,7 +273,7 @@ def _bf16_master_row(x, device) -> dict:
 
         def run():
             h, w = hid32.detach().requires_grad_(), w32.detach().requires_grad_()
-            out = grpo_loss(h, w, *_lw(x), compute_dtype=bf)
+            out = grpo_loss(h, w, *_lw(x), compute_dtype=bf, backend=backend)
             out.loss.backward()
             return out.loss.detach(), h.grad, w.grad
 
@@ -274,7 +286,7 @@ def _bf16_master_row(x, device) -> dict:
             r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64)
             del fp64
             rs, dhs, dws = run_loss(grpo_loss_ref, b, torch.float32, compute_dtype=bf, logits_dtype=bf)
-            out, dh, dw = run_loss(grpo_loss, b, torch.float32, compute_dtype=bf)
+            out, dh, dw = run_loss(grpo_loss, b, torch.float32, compute_dtype=bf, backend=backend)
             res, ok = {}, dh.dtype == torch.float32 and dw.dtype == torch.float32
             for name, got, ref, same in (("loss", out.loss, r64.loss, rs.loss), ("dH", dh, dh64, dhs),
                                          ("dW", dw, dw64, dws)):
@@ -289,14 +301,17 @@ def _bf16_master_row(x, device) -> dict:
             return {"vs_fp64": res, "within_tolerance": ok, "check_rows": rows, "grad_dtypes": grads}
         return {"fn": run, "check": check}
 
-    backend = "triton" if device.type == "cuda" else "torch (chunked)"
-    return {"name": "fused_bf16_fp32m", "setup": setup, "flops": 6.0 * n * hdim * v, "floor": "floor_3gemm",
-            "ours": True, "inputs": "float32 in, bf16 compute",
-            "note": f"grpo_loss(compute_dtype=bf16) on fp32 hidden + weight, backend {backend}; fp32 dW"}
+    name = backend or ("triton" if device.type == "cuda" else "torch (chunked)")
+    return {"name": "fused_gemm_bf16_fp32m" if backend == "gemm" else "fused_bf16_fp32m", "setup": setup,
+            "flops": 6.0 * n * hdim * v, "floor": "floor_3gemm", "ours": True, "inputs": "float32 in, bf16 compute",
+            "slow": device.type != "cuda" and backend is not None,
+            "note": f"grpo_loss(compute_dtype=bf16) on fp32 hidden + weight, backend {name}; fp32 dW"}
 
 
-def _liger_row(x, device, interpret, nhv) -> dict:
-    row = {"name": "liger", "flops": 4 * nhv, "floor": "floor_3gemm", "fn": None}
+def _liger_row(x, device, interpret, nhv, tf32: bool) -> dict:
+    """Liger's fused linear GRPO loss with chunk_size = the batch's sequences (one chunk: its fastest
+    setting here; its default, 1, runs a chunk per sequence), TF32 off or on for its fp32 matmuls."""
+    row = {"name": "liger_tf32" if tf32 else "liger", "flops": 4 * nhv, "floor": "floor_3gemm", "fn": None}
     if _version("liger-kernel") is None:
         return row | {"skip": "liger-kernel not installed"}
     if device.type != "cuda" and not interpret:
@@ -305,22 +320,27 @@ def _liger_row(x, device, interpret, nhv) -> dict:
 
     d = GRPOOptions()
     compiled = device.type == "cuda"
-    loss_fn = LigerFusedLinearGRPOLoss(beta=0.0, compiled=compiled, use_ref_model=False,
-                                       epsilon_low=getattr(d, "eps_low", 0.2),
-                                       epsilon_high=getattr(d, "eps_high", 0.28), loss_type="dapo")
     b = x["seqs"]
     t = x["hidden"].shape[0] // b
+    loss_fn = LigerFusedLinearGRPOLoss(beta=0.0, compiled=compiled, use_ref_model=False, chunk_size=b,
+                                       epsilon_low=d.eps_low, epsilon_high=d.eps_high, loss_type="dapo")
     mask = torch.ones(b, t, dtype=torch.long, device=device)  # on the inputs' device (Liger needs it there)
 
     def run():
-        h, w = _leaves(x)
-        loss, _ = loss_fn(h.view(b, t, -1), w, x["targets"].view(b, t), mask, x["adv_seq"],
-                          old_per_token_logps=x["old_logp"].view(b, t))
-        loss.backward()
+        saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            h, w = _leaves(x)
+            loss, _ = loss_fn(h.view(b, t, -1), w, x["targets"].view(b, t), mask, x["adv_seq"],
+                              old_per_token_logps=x["old_logp"].view(b, t))
+            loss.backward()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved
         return loss.detach(), h.grad, w.grad
 
     return row | {"fn": run, "slow": device.type != "cuda",
-                  "note": f"LigerFusedLinearGRPOLoss compiled={compiled}, dapo, beta 0 (recomputes logits: 8NHV)"}
+                  "note": (f"LigerFusedLinearGRPOLoss compiled={compiled}, chunk_size={b} (all sequences), TF32 "
+                           f"{'on' if tf32 else 'off'}, dapo, beta 0 (recomputes logits: 8NHV)")}
 
 
 def _inplace_row(x, device) -> dict:
@@ -370,7 +390,8 @@ def run_rows(rows, device, args, machine, t0) -> list[dict]:
                     before()
                 fn()
             out, mem = peak_extra(fn, device, before)
-            if r["name"] in ("fused", "naive", "liger", "fused_triton", "fused_bf16_fp32m"):
+            if r["name"] in ("fused", "naive", "liger", "liger_tf32", "fused_triton", "fused_gemm", "fused_bf16_fp32m",
+                             "fused_gemm_bf16_fp32m"):
                 outs[r["name"]] = out
             del out
             res |= time_fn(fn, device, iters, 0, before)
@@ -486,23 +507,28 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     cuda = torch.cuda.is_available() and not args.tiny
     device = torch.device("cuda" if cuda else "cpu")
-    shape, dtype = (GPU_SHAPE, torch.bfloat16) if cuda else (TINY_SHAPE, torch.float32)
+    shapes, dtype = (GPU_SHAPES, torch.bfloat16) if cuda else ([TINY_SHAPE], torch.float32)
     if not cuda:
         args.iters = min(args.iters, 5)
         args.out = args.out.replace(".json", "_tiny.json") if args.out.endswith("kernels_gpu.json") else args.out
     t0 = time.time()
     machine = machine_info(device)
-    x = make_inputs(*shape, device, dtype, seqs=64 if cuda else 8)
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    results = run_rows(variants(x, device, interpret and not cuda), device, args, machine, t0)
-    extra = {"logp_max_abs_err_vs_fp64": logp_error(x), "fallbacks": sorted(_FALLBACKS)}
-    text = report(results, machine, shape, str(dtype).replace("torch.", ""), time.time() - t0, extra)
-    print(text + "".join(f"\nnote: {f}" for f in extra["fallbacks"]))
+    runs, texts = [], []
+    for shape in shapes:
+        x = make_inputs(*shape, device, dtype, seqs=64 if cuda else 8)
+        results = run_rows(variants(x, device, interpret and not cuda), device, args, machine, t0)
+        extra = {"logp_max_abs_err_vs_fp64": logp_error(x), "fallbacks": sorted(_FALLBACKS)}
+        texts.append(report(results, machine, shape, str(dtype).replace("torch.", ""), time.time() - t0, extra))
+        runs.append({"shape": dict(zip("nhv", shape)), "extra": extra, "results": results})
+        del x
+        if cuda:
+            torch.cuda.empty_cache()
+    print("\n\n".join(texts) + "".join(f"\nnote: {f}" for f in sorted(_FALLBACKS)))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"machine": machine, "shape": dict(zip("nhv", shape)),
-                                          "dtype": str(dtype), "extra": extra, "results": results}, indent=1))
+    Path(args.out).write_text(json.dumps({"machine": machine, "dtype": str(dtype), "runs": runs}, indent=1))
     print(f"wrote {args.out}")
-    return 1 if any("error" in r for r in results) else 0
+    return 1 if any("error" in r for run in runs for r in run["results"]) else 0
 
 
 if __name__ == "__main__":

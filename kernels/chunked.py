@@ -67,6 +67,16 @@ class LMHead:
     def grad_hidden(self, dz: torch.Tensor) -> torch.Tensor:  # [C, H]; dz = d loss / d(raw z)
         return dz @ self.w if self.native else dz.to(_F32) @ self.w
 
+    def mm_f32(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """a @ b with fp32 output: operands in the compute dtype with fp32 accumulation on the native
+        CUDA path, fp32 GEMM otherwise."""
+        if self.native:
+            try:
+                return torch.mm(a.to(self.w.dtype), b.to(self.w.dtype), out_dtype=_F32)
+            except (TypeError, RuntimeError, NotImplementedError):
+                return a.to(_F32) @ b.to(_F32)
+        return a.to(_F32) @ b.to(_F32)
+
     def probs_w(self, p: torch.Tensor) -> torch.Tensor:
         """M = P W [C, H] fp32."""
         return (p.to(self.w.dtype) @ self.w).to(_F32) if self.native else p @ self.w

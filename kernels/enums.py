@@ -52,6 +52,7 @@ class Backend(StrEnum):
     """Where the row work of the fused ops runs."""
 
     TRITON = "triton"  # Triton row kernels (+ cuBLAS GEMMs); on a CPU only under TRITON_INTERPRET=1
+    GEMM = "gemm"  # a Triton LM-head GEMM with the row statistics in its epilogue (kernels/gemm_head.py)
     TORCH = "torch"  # chunked torch: the CPU default
     REF = "ref"  # plain torch on materialised logits: the specification and the vanilla baseline
 

@@ -199,6 +199,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, targets: torch.Tensor, old_logp:
                                          group_ids=group_ids, sampler_logp=sampler_logp, options=options, **knobs)
     opts = GRPOOptions.build(options, knobs)
     b = resolve_backend(backend, logits.device)
+    if b is Backend.GEMM:  # the logits are given: no head GEMM to fuse into
+        b = Backend.TRITON
     advantages, fused = fused_advantage_inputs(advantages, rewards, seq_ids, group_ids, logits,
                                                b is Backend.TRITON, opts)
     t = build_token_inputs(logits.shape[0], logits.device, torch.float32, old_logp, advantages, token_weights,

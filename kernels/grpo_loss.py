@@ -15,6 +15,7 @@ import torch
 
 from .chunked import LMHead, dz_with_entropy_, entropy_rows, log_softmax_rows_
 from .enums import Backend
+from .gemm_head import bytes_per_logit, gemm_head_chunk, gemm_logprob_stats
 from .grpo_logits import grpo_loss_from_logits_ref, grpo_rows_triton, sequence_grads
 from .logprobs import token_logprob_stats
 from .objective import (
@@ -70,7 +71,9 @@ class _Run:
     def __call__(self, h, w, need_dh: bool, need_dw: bool):
         opts, t, n = self.opts, self.t, h.shape[0]
         lm = LMHead(w, opts.temperature, opts.compute_dtype)
-        c = chunk_rows(n, w.shape[0], opts, h.device)
+        gemm = self.backend is Backend.GEMM
+        per_logit = bytes_per_logit(lm, need_dh or need_dw) if gemm else 4.0
+        c = chunk_rows(n, w.shape[0], opts, h.device, per_logit)
         g_all = self._sequence_grads(h, w, c) if ((need_dh or need_dw) and self._seq_level) else None
         dh = torch.empty(n, h.shape[1], dtype=torch.float32 if not lm.native else h.dtype,
                          device=h.device) if need_dh else None
@@ -78,7 +81,10 @@ class _Run:
         logps, ents, advs, self.token_losses = [], [], [], []
         for s in range(0, n, c):
             hs = lm.rows(h[s:s + c])
-            logp, ent, adv, dh_c = self._chunk(hs, lm.logits(hs), s, lm, need_dh, dw, g_all)
+            if gemm:
+                logp, ent, adv, dh_c = self._gemm_chunk(hs, s, lm, need_dh, dw, g_all)
+            else:
+                logp, ent, adv, dh_c = self._chunk(hs, lm.logits(hs), s, lm, need_dh, dw, g_all)
             logps.append(logp), ents.append(ent), advs.append(adv)
             if need_dh:
                 dh[s:s + c] = dh_c
@@ -138,6 +144,19 @@ class _Run:
         q = -torch.expm1(logp)
         return logp, ent, None, lm.grads_from_probs(p, m, q, g, hs, y, dw, need_dh, first=s == 0)
 
+    def _gemm_chunk(self, hs, s, lm: LMHead, need_dh, dw, g_all):
+        """One chunk on the GEMM head (gemm_head.py): the logits never leave the GEMM's tiles."""
+        e = s + hs.shape[0]
+        t, y = self.t.rows(s, e), self.targets[s:e]
+        ent_or_none = lambda ent: ent if self.opts.need_entropy else None
+        if not (need_dh or dw is not None):
+            logp, _, ent = gemm_logprob_stats(lm, hs, y)
+            return logp, ent_or_none(ent), None, None
+        given = None if g_all is None else g_all[0][s:e]
+        grads_of = lambda logp, ent: given if given is not None else token_grads(logp, t, self.opts)[0]
+        logp, ent, dh = gemm_head_chunk(lm, hs, y, grads_of, need_dh=need_dh, dw=dw, first=s == 0)
+        return logp, ent_or_none(ent), None, dh
+
     @staticmethod
     def _dz_gemms(lm: LMHead, dz, hs, need_dh, dw, first):
         if dw is not None:
@@ -191,7 +210,8 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     keyword arguments (type="clip" | "gspo" | "cispo" | "sapo", eps_low=0.2, eps_high=0.28,
     temperature=1.0, beta=0.0, kl_estimator="k3", dual_clip=0.0, entropy_coef=0.0, chunk_tokens,
     memory_budget_mb, compute_weight_grad, compute_dtype, ...).
-    backend: None (CUDA -> triton, CPU -> torch), "triton", "torch" or "ref".
+    backend: None (CUDA -> triton, CPU -> torch), "triton", "gemm" (the GEMM head: kernels/gemm_head.py;
+    the row kernels with the entropy bonus), "torch" or "ref".
     """
     if Backend(backend or "torch") is Backend.REF:
         return grpo_loss_ref(hidden, weight, targets, old_logp, advantages, token_weights, ref_logp=ref_logp,
@@ -199,6 +219,8 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                              sampler_logp=sampler_logp, options=options, **knobs)
     opts = GRPOOptions.build(options, knobs)
     b = resolve_backend(backend, hidden.device)
+    if b is Backend.GEMM and opts.entropy_coef != 0:
+        b = Backend.TRITON  # the entropy bonus's logits gradient is not a row scale of P': the row kernels
     advantages, fused = fused_advantage_inputs(advantages, rewards, seq_ids, group_ids, hidden,
                                                b is Backend.TRITON, opts)
     t = build_token_inputs(hidden.shape[0], hidden.device, torch.float32, old_logp, advantages, token_weights,

@@ -12,6 +12,7 @@ import torch
 
 from .chunked import LMHead, rows_torch
 from .enums import Backend
+from .gemm_head import bytes_per_logit, gemm_logprob_stats
 from .options import GRPOOptions, chunk_rows, launch_device, resolve_backend, row_grid
 
 
@@ -64,11 +65,15 @@ def token_logprob_stats(hidden: torch.Tensor, weight: torch.Tensor, targets: tor
                               for x in token_logprobs_ref(hidden, weight, targets, temperature)))
     n, v = hidden.shape[0], weight.shape[0]
     opts = GRPOOptions(chunk_tokens=chunk_tokens, memory_budget_mb=memory_budget_mb)
-    c = chunk_rows(n, v, opts, hidden.device)
     lm = LMHead(weight, temperature, compute_dtype)
+    c = chunk_rows(n, v, opts, hidden.device, bytes_per_logit(lm, False) if b is Backend.GEMM else 4.0)
     targets = targets.long()
     outs = []
     for s in range(0, n, c):
+        if b is Backend.GEMM:  # no logits written: the statistics come from the GEMM's epilogue
+            logp, lse, ent = gemm_logprob_stats(lm, lm.rows(hidden[s:s + c]), targets[s:s + c])
+            outs.append(LogprobStats(logp, lse, ent if entropy else None))
+            continue
         z = lm.logits(lm.rows(hidden[s:s + c]))
         if b is Backend.TRITON:
             outs.append(logprob_rows_triton(z, targets[s:s + c], lm.inv_temp, entropy))

@@ -37,7 +37,8 @@ class GRPOOptions(LossConfig):
     chunk_tokens: int | None = None
     """Rows per chunk; None = from `memory_budget_mb`."""
     memory_budget_mb: float | None = None
-    """Bytes of fp32 logits one chunk may hold; None = 160 MiB on CPU, 640 MiB on CUDA."""
+    """MiB one chunk's [C, V] buffer may hold (fp32 logits; the GEMM head's bf16 scaled probabilities);
+    None = 160 MiB on CPU, 640 MiB on CUDA."""
     compute_weight_grad: bool = True
     """False for a frozen LM head: skips the dW GEMM (4NHV instead of 6NHV)."""
     compute_entropy: bool = True
@@ -115,7 +116,7 @@ def resolve_backend(backend: str | None, device: torch.device) -> Backend:
     """CUDA -> triton (if installed), else torch. An explicit backend is honoured."""
     if backend is not None:
         b = Backend(backend)
-        if b is Backend.TRITON:
+        if b in (Backend.TRITON, Backend.GEMM):
             require_triton(device)
         return b
     if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
@@ -132,13 +133,14 @@ def require_triton(device: torch.device) -> None:
         )
 
 
-def chunk_rows(n: int, vocab: int, opts: GRPOOptions, device: torch.device) -> int:
-    """Rows per chunk: the fp32 [C, V] logits buffer fits the memory budget; chunks are balanced
-    (2048 rows in 3 chunks of 704, not 832 + 832 + 384) and a multiple of 64 rows for the GEMMs."""
+def chunk_rows(n: int, vocab: int, opts: GRPOOptions, device: torch.device, bytes_per_logit: float = 4.0) -> int:
+    """Rows per chunk: the chunk's [C, V] buffer (fp32 logits: 4 bytes a logit; the GEMM head's
+    scaled probabilities in the operand dtype) fits the memory budget; chunks are balanced (2048 rows
+    in 3 chunks of 704, not 832 + 832 + 384) and a multiple of 64 rows for the GEMMs."""
     if opts.chunk_tokens is not None:
         return max(1, int(opts.chunk_tokens))
     budget_mb = opts.memory_budget_mb or (640.0 if device.type == "cuda" else 160.0)
-    c_max = max(1, int(budget_mb * 2**20) // (4 * vocab))
+    c_max = max(1, int(budget_mb * 2**20 / (bytes_per_logit * vocab)))
     if c_max >= 64:
         c_max -= c_max % 64
     if n <= 0:

@@ -26,6 +26,7 @@ from mentor_fast.kernels import (
     token_logprob_stats,
     token_logprobs_ref,
 )
+from mentor_fast.kernels.gemm_head import CAP, combine_stats, rescale_tiles_, softmax_stats_gemm
 from mentor_fast.kernels.logprobs import logprob_rows_triton
 from mentor_fast.kernels.testing import (
     assert_close_rule,
@@ -69,13 +70,20 @@ TRITON_CASES = ["temperature_dual_clip_k3", "entropy_bonus_is_k2", "gspo", "gspo
                 "sapo_k3_cold", "is_token_mask_two_sided", "is_sequence_truncate"]
 
 
-def _check(b, dtype, case, n_chunk):
-    fp64 = {**b, "hidden": b["hidden"].to(dtype).double(), "weight": b["weight"].to(dtype).double()}
+def _check(b, dtype, case, n_chunk, backend="triton", compute_dtype=None):
+    """`backend` on inputs of `dtype` (with `compute_dtype`: operands rounded to it, as the mixed-
+    precision head takes them) against fp64 on the same rounded inputs, torch at that precision as
+    the rule's baseline."""
+    rd = compute_dtype or dtype
+    fp64 = {**b, "hidden": b["hidden"].to(rd).double(), "weight": b["weight"].to(rd).double()}
     r64, dh64, dw64 = run_loss(grpo_loss_ref, fp64, torch.float64, **loss_kwargs(b, case))
-    same = {"logits_dtype": torch.bfloat16} if dtype == torch.bfloat16 else {}
+    same = {"logits_dtype": torch.bfloat16} if rd == torch.bfloat16 else {}
+    if compute_dtype is not None:
+        same["compute_dtype"] = compute_dtype
     rs, dhs, dws = run_loss(grpo_loss_ref, b, dtype, **loss_kwargs(b, case), **same)
     bd = _on(b)
-    out, dh, dw = run_loss(grpo_loss, bd, dtype, backend="triton", chunk_tokens=n_chunk, **loss_kwargs(bd, case))
+    kw = {"compute_dtype": compute_dtype} if compute_dtype is not None else {}
+    out, dh, dw = run_loss(grpo_loss, bd, dtype, backend=backend, chunk_tokens=n_chunk, **loss_kwargs(bd, case), **kw)
     assert_close_rule("loss", out.loss.cpu(), r64.loss, rs.loss, atol=tiny_atol(torch.float32, r64.loss))
     assert_close_rule("logp", out.logp.cpu(), r64.logp, rs.logp, atol=tiny_atol(torch.float32, r64.logp))
     assert_close_rule("dH", dh.cpu(), dh64, dhs, atol=tiny_atol(dtype, dh64))
@@ -122,6 +130,75 @@ def test_float64_inputs_with_an_odd_vocabulary_run_on_the_triton_backend():
     lo.loss.backward()
     assert z64.grad.dtype == torch.float64
     assert lo.loss.item() == pytest.approx(r64.loss.item(), rel=1e-5)
+
+
+# ---------------------------------------------------------------- the GEMM head (kernels/gemm_head.py)
+# Interpreter tiles: BM = 16 rows, BN = 64 vocab columns, BK = 32 (triton_gemm._configs), so 24-row
+# chunks are two row tiles (the last partial), V = 1,003 is 16 vocab tiles (the last partial) and H = 72
+# three K steps (the last partial).
+GEMM_CASES = ["base", "temperature_dual_clip_k3", "k3_beta", "entropy_bonus_is_k2", "gspo", "cispo_is_k1",
+              "sapo_k3_cold", "is_sequence_truncate"]
+
+
+@pytest.mark.parametrize("case", GEMM_CASES)
+def test_gemm_head_matches_the_fp64_reference(case):
+    b = make_batch(53, 72, 1003, seed=17, temperature=case_temperature(case))
+    _check(b, torch.float32, case, n_chunk=24, backend="gemm")
+
+
+def test_gemm_head_on_bf16_rounded_operands_of_fp32_master_weights():
+    b = make_batch(40, 72, 1003, seed=18, temperature=0.7)
+    _check(b, torch.float32, "temperature_dual_clip_k3", n_chunk=24, backend="gemm", compute_dtype=torch.bfloat16)
+
+
+def test_gemm_head_on_tokens_far_below_their_row_max():
+    """Logits spread over ~200 nats: most targets lie more than CAP (64) below their row's max, so the
+    epilogue writes those tiles against m_t - CAP and the fix-up rescales the rows: the gradients stay
+    within the rule, and the scaled probabilities stay finite."""
+    b = make_batch(45, 64, 1003, seed=19, logit_scale=12.0)
+    x = b["hidden"] @ b["weight"].T
+    far = (x.max(1).values - x.gather(1, b["targets"][:, None])[:, 0]) > CAP
+    assert far.float().mean() > 0.5
+    _check(b, torch.float32, "k1_beta", n_chunk=24, backend="gemm")
+
+
+def test_gemm_epilogue_writes_bf16_scaled_probabilities_and_the_fixup_rescales_them():
+    """The launcher on bf16 operands: the statistics against the fp32 logits of the same values, and
+    P' in bf16 against its definition e^(x - r) (target 0) after the fix-up, to one bf16 step per
+    rounding (the interpreter truncates where a GPU rounds to nearest)."""
+    g = torch.Generator().manual_seed(20)
+    hs, w = torch.randn(37, 40, generator=g).bfloat16(), (torch.randn(1003, 40, generator=g) / 2).bfloat16()
+    y = torch.randint(0, 1003, (37,), generator=g)
+    x = hs.double() @ w.double().T
+    m0 = x.gather(1, y[:, None])[:, 0].float()
+    m0[5] -= 90.0  # row 5's tiles lie above m0 + CAP: written against m_t - CAP, then rescaled
+    p = torch.empty(37, 1003, dtype=torch.bfloat16, device=DEV)
+    st, x_y, bn = softmax_stats_gemm(hs.to(DEV), w.to(DEV), 1.0, y.to(DEV), m0=m0.to(DEV), p_out=p)
+    assert (x_y.cpu().double() - x.gather(1, y[:, None])[:, 0]).abs().max() < 1e-5
+    lse, ent, big = (t.cpu().double() for t in combine_stats(st))
+    lp = torch.log_softmax(x, 1)
+    assert (lse - torch.logsumexp(x, 1)).abs().max() < 1e-5
+    assert (ent + (lp.exp() * lp).sum(1)).abs().max() < 1e-5
+    r = torch.maximum(m0.double(), big - CAP)
+    assert r[5] > m0[5] and torch.equal(r[:5], m0[:5].double())
+    rescale_tiles_(p, st, m0.to(DEV), r.float().to(DEV), bn)
+    want = torch.exp(x - r[:, None]).scatter_(1, y[:, None], 0.0)
+    err = (p.cpu().double() - want).abs()
+    assert torch.isfinite(p.cpu().float()).all()
+    assert (err[torch.arange(37) != 5] <= 2**-7 * want[torch.arange(37) != 5]).all()  # one bf16 step
+    assert (err[5] <= 2**-6 * want[5]).all()  # stored, then rescaled and stored again: two steps
+
+
+def test_gemm_head_logprobs_without_writing_logits():
+    b = make_batch(41, 72, 1003, temperature=0.7)
+    st = token_logprob_stats(b["hidden"].float().to(DEV), b["weight"].float().to(DEV), b["targets"].to(DEV),
+                             0.7, backend="gemm")
+    r64 = token_logprobs_ref(b["hidden"], b["weight"], b["targets"], 0.7)
+    r32 = token_logprobs_ref(b["hidden"].float(), b["weight"].float(), b["targets"], 0.7)
+    for name in ("logp", "lse", "entropy"):
+        ref = getattr(r64, name)
+        assert_close_rule(f"GEMM K1 {name}", getattr(st, name).cpu(), ref, getattr(r32, name),
+                          atol=tiny_atol(torch.float32, ref))
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "batch", "rloo"])
