@@ -4,6 +4,7 @@ the project (`pip install --no-deps trl`, tested on trl 1.16), on the CPU with t
 from __future__ import annotations
 
 import json
+import logging
 import random
 import sys
 
@@ -12,9 +13,19 @@ import pytest
 pytest.importorskip("trl", reason="TRL is installed beside the project by `make venv`")
 datasets = pytest.importorskip("datasets")
 
+from mentor_fast.config import MentorConfig
+from mentor_fast.config.mentor import RerollConfig, RerollSchedule
+from mentor_fast.data import DataError
 from mentor_fast.data.chat import HINT_HEADER
 from mentor_fast.data.ladder import make_problem
-from mentor_fast.integrations.trl import DatasetRows, check_trl, mentor_config, mentor_rollout_func, with_hint
+from mentor_fast.integrations.trl import (
+    STATE_KEY,
+    DatasetRows,
+    check_trl,
+    mentor_config,
+    mentor_rollout_func,
+    with_hint,
+)
 
 G = 4
 
@@ -60,15 +71,21 @@ def ladder_model():
     return str(resolve_model_path("ladder-llama"))
 
 
-def run_trl(trl, tmp_path, model, rows, mentor, steps=2):
-    """TRL's GRPOTrainer with mentor_rollout_func; returns the trainer and every batch TRL built
-    from the rollout function's rows (its `_generate_and_score_completions` output)."""
-    args = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=2 * G,
-                          num_generations=G, max_completion_length=4, max_steps=steps, logging_steps=1,
-                          learning_rate=1e-3, report_to="none", save_strategy="no", seed=3, bf16=False)
+def trl_trainer(trl, tmp_path, model, rows, mentor, steps=2, **settings):
+    """TRL's GRPOTrainer with mentor_rollout_func (two prompts per step unless `settings` say otherwise)."""
+    args = trl.GRPOConfig(**{"output_dir": str(tmp_path), "use_cpu": True, "per_device_train_batch_size": 2 * G,
+                             "num_generations": G, "max_completion_length": 4, "max_steps": steps, "logging_steps": 1,
+                             "learning_rate": 1e-3, "report_to": "none", "save_strategy": "no", "seed": 3,
+                             "bf16": False, **settings})
     with pytest.warns(UserWarning, match="rollout_func"):  # TRL flags the feature as experimental
-        trainer = trl.GRPOTrainer(model=model, reward_funcs=[solved_when_hinted], args=args,
-                                  train_dataset=datasets.Dataset.from_list(rows), rollout_func=mentor)
+        return trl.GRPOTrainer(model=model, reward_funcs=[solved_when_hinted], args=args,
+                               train_dataset=datasets.Dataset.from_list(rows), rollout_func=mentor)
+
+
+def run_trl(trl, tmp_path, model, rows, mentor, steps=2, resume=None, **settings):
+    """Trains; returns the trainer and every batch TRL built from the rollout function's rows (its
+    `_generate_and_score_completions` output)."""
+    trainer = trl_trainer(trl, tmp_path, model, rows, mentor, steps, **settings)
     batches = []
     build = trainer._generate_and_score_completions
 
@@ -77,8 +94,12 @@ def run_trl(trl, tmp_path, model, rows, mentor, steps=2):
         return batches[-1]
 
     trainer._generate_and_score_completions = spy
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer, batches
+
+
+def mentor_log(folder, name="mentor.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (folder / name).read_text().splitlines()]
 
 
 def test_mentor_rescues_all_fail_groups_inside_trls_trainer(trl, tmp_path, ladder_model):
@@ -95,7 +116,7 @@ def test_mentor_rescues_all_fail_groups_inside_trls_trainer(trl, tmp_path, ladde
     assert all(h["mentor/level_2"] == 1 and h["groups/all_fail_frac_after_mentor"] == 0.5 for h in logs)
     assert all(h["test/rows_scored"] == 2 * G for h in logs)  # TRL's batch only, not the mentor's scoring
 
-    dumps = [json.loads(line) for line in (tmp_path / "mentor.jsonl").read_text().splitlines()]
+    dumps = mentor_log(tmp_path)
     assert len(dumps) == 4 and sorted(d["rescued"] for d in dumps) == [False, False, True, True]
     tok = trainer.processing_class
     for step, batch in enumerate(batches):
@@ -129,10 +150,24 @@ def test_other_trl_versions_are_refused_by_name(trl, monkeypatch):
     ({"loss": {"mode": "transfer"}}, "TRL's loss does not read"),
     ({"loss": {"distill_coef": 0.1}}, "TRL's loss does not"),
     ({"agents": {"backend": "self"}}, "rollout engine"),
+    ({"task": "code"}, "inside TRL the mentor writes math hints only"),
+    ({"reroll": {"schedule": "during_update"}}, "schedule=during_update: inside TRL the re-rolls run within TRL's"),
+    ({"reroll": {"schedule": "next_step_shared_rows"}}, "TRL's loop has no place for"),
+    ({"reroll": {"horizon": 1.5}}, "inside TRL each round is a TRL generation call"),
+    (MentorConfig(task="code"), "inside TRL the mentor writes math hints only"),
+    (MentorConfig(reroll=RerollConfig(schedule=RerollSchedule.DURING_UPDATE)), "which is the in_step schedule"),
 ])
-def test_settings_trls_loss_cannot_carry_are_refused(overrides, words):
-    with pytest.raises(ValueError, match=words):
+def test_settings_trl_cannot_carry_are_refused_with_the_plugins_reason(overrides, words):
+    """The plug-in's reasons, never the loader's (which speak of reward.kind and our engines)."""
+    with pytest.raises(ValueError, match=words) as refused:
         mentor_config(overrides)
+    assert "reward.kind" not in str(refused.value) and "rollout.engine" not in str(refused.value)
+
+
+def test_the_reroll_schedule_inside_trl_is_in_step():
+    assert mentor_config().reroll.schedule == RerollSchedule.IN_STEP
+    assert mentor_config({"reroll": {"schedule": "in_step", "count": 2}}).reroll.count == 2
+    assert mentor_config(MentorConfig()).reroll.schedule == RerollSchedule.IN_STEP  # the default: unset
 
 
 def test_the_hint_goes_after_the_last_user_turn_in_both_prompt_forms():
@@ -152,3 +187,58 @@ def test_rows_are_found_by_prompt_and_an_ambiguous_prompt_is_an_error():
         rows.find("b")
     with pytest.raises(KeyError, match="not in train_dataset"):
         rows.find("c")
+
+
+def test_a_row_without_a_gold_answer_stops_the_run_before_the_first_generation(trl, tmp_path, ladder_model):
+    rows = ladder_rows(6, solvable=[False] * 6)
+    del rows[4]["solution"]
+    trainer = trl_trainer(trl, tmp_path, ladder_model, rows, mentor_rollout_func())
+    calls = []
+    generate = trainer._generate_single_turn
+    trainer._generate_single_turn = lambda *a, **k: calls.append(a) or generate(*a, **k)
+    with pytest.raises(DataError, match=r"train_dataset: 1 of 6 rows are unusable .*: row 4: missing answer column"):
+        trainer.train()
+    assert calls == [] and trainer.state.global_step == 0  # checked up front, whichever rows TRL draws first
+
+
+def test_two_generation_calls_in_one_optimizer_step_are_two_mentor_steps(trl, tmp_path, ladder_model):
+    """steps_per_generation=1 with 2 accumulation steps: TRL calls the function twice per optimizer
+    step, one prompt each. Each call is a mentor step of its own: its group ids are new, and the
+    collapse detector observes each once (every group fails: an event each call, the last at step 3)."""
+    func = mentor_rollout_func({"reroll": {"count": 2, "max_rounds": 1}})
+    run_trl(trl, tmp_path, ladder_model, ladder_rows(2, solvable=[False, False]), func, steps=2,
+            per_device_train_batch_size=G, gradient_accumulation_steps=2, steps_per_generation=1)
+    dumps = mentor_log(tmp_path)
+    assert [(d["step"], d["global_step"]) for d in dumps] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    assert sorted(d["group_id"] for d in dumps) == [0, 1, 2, 3]
+    detector = func.mentor.scheduler.state_dict()["detector"]
+    assert detector["events"] == 4 and detector["surge_until"] == 3 + func.cfg.trigger.surge_steps
+
+
+def test_the_mentor_state_rides_in_trls_checkpoints_and_mentor_jsonl_follows_the_run(trl, tmp_path, ladder_model,
+                                                                                     caplog):
+    rows = ladder_rows(2, solvable=[True, False])
+    mentor, saving = {"reroll": {"count": 2, "max_rounds": 2}}, {"save_strategy": "steps", "save_steps": 1}
+    first = mentor_rollout_func(mentor)
+    run_trl(trl, tmp_path, ladder_model, rows, first, **saving)
+    saved = [json.loads((tmp_path / f"checkpoint-{k}" / "trainer_state.json").read_text())["stateful_callbacks"]
+             [STATE_KEY] for k in (1, 2)]
+    assert [s["calls"] for s in saved] == [1, 2] and saved[0]["mentor"] != saved[1]["mentor"]
+    assert saved[1] == first.state_dict()  # plain data, through trainer_state.json's JSON unchanged
+    assert [d["global_step"] for d in mentor_log(tmp_path)] == [0, 0, 1, 1]
+
+    # Resumed at step 1 by a new function (a new process): the scheduler goes on from checkpoint-1, so
+    # after step 1 again it holds what the first run's did (a fresh one would have seen one step, not
+    # two); mentor.jsonl keeps step 0's rows and has step 1's once, from the resumed run.
+    resumed = mentor_rollout_func(mentor)
+    run_trl(trl, tmp_path, ladder_model, rows, resumed, resume=str(tmp_path / "checkpoint-1"), **saving)
+    assert resumed.state_dict() == first.state_dict()
+    continued = mentor_log(tmp_path)
+    assert [(d["step"], d["global_step"]) for d in continued] == [(0, 0), (0, 0), (1, 1), (1, 1)]
+
+    # A fresh run in the same output_dir: the earlier file is moved aside, and this run's is new.
+    with caplog.at_level(logging.WARNING, logger="mentor_fast.integrations.trl"):
+        run_trl(trl, tmp_path, ladder_model, rows, mentor_rollout_func(mentor), steps=1)
+    assert "they are now in mentor.1.jsonl" in caplog.text
+    assert mentor_log(tmp_path, "mentor.1.jsonl") == continued
+    assert [d["global_step"] for d in mentor_log(tmp_path)] == [0, 0]

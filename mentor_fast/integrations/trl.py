@@ -26,6 +26,12 @@ mentor's metrics reach TRL's log through the path of its reward functions' `log_
 
 TRL hands rollout_func the prompts only, so each prompt's row (its other columns, the gold answer
 among them) is found in `trainer.train_dataset` by the prompt. Text prompts, one process, no tools.
+
+A run (a TrainerState) starts by reading every row once: a row with no gold answer stops it before
+its first step. The mentor's state (the scheduler's memory and collapse detector, plain data) is an
+entry of TRL's TrainerState, so it is in every checkpoint's trainer_state.json and a resumed run
+restores it. mentor.jsonl in output_dir: a resumed run continues it, a fresh one starts a new file
+(`start_log`).
 """
 
 from __future__ import annotations
@@ -33,14 +39,16 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mentor_fast.config import MentorConfig, load_config
+from mentor_fast.config import MentorConfig
 from mentor_fast.data.chat import HINT_HEADER
-from mentor_fast.data.jsonl import BadRow, read_row
+from mentor_fast.data.jsonl import BadRow, DataError, read_row
+from mentor_fast.integrations.trl_config import mentor_config
 from mentor_fast.mentor import Mentor, build_backend
 from mentor_fast.rollout.base import SamplingParams
 from mentor_fast.types import Group, Problem, Rollout, Sample
@@ -57,6 +65,10 @@ TRL_CONTRACT: dict[str, tuple[str, ...]] = {
     "_log_completion_extra": ("column", "values"),
 }
 Prompt = str | list[dict[str, Any]]  # TRL's standard and conversational prompt forms
+# The mentor's state in TRL's checkpoints: an entry of TrainerState.stateful_callbacks, which TRL
+# writes into each checkpoint's trainer_state.json and reads back on resume (plain JSON data).
+STATE_KEY = "mentor_fast.mentor_rollout_func"
+logger = logging.getLogger(__name__)
 
 
 def check_trl() -> None:
@@ -124,6 +136,62 @@ class DatasetRows:
         return found[0], rows[0]
 
 
+def read_problems(dataset: Any, answer_key: str) -> list[Problem]:
+    """Every train_dataset row as a Problem, read once when the run starts: a row with no prompt or
+    gold answer stops the run before its first step, naming the row, as the CLI's loader does (not
+    when TRL's sampler first draws it, possibly hours in)."""
+    problems, bad, n = [], [], 0
+    for n, row in enumerate(dataset, start=1):
+        index = n - 1
+        try:
+            question, context, gold, steps, columns = read_row(dict(row), "auto", "prompt", answer_key)
+        except BadRow as e:
+            bad.append(f"row {index}: {e}")
+            continue
+        problems.append(Problem(f"row-{index}", question, gold, steps, source=f"train_dataset:row {index}",
+                                columns=columns, context=context))
+    if bad:
+        more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise DataError(f"train_dataset: {len(bad)} of {n} rows are unusable (mentor_rollout_func reads each row's "
+                        f"prompt and gold answer, see answer_key): {'; '.join(bad[:3])}{more}")
+    return problems
+
+
+def _global_step(line: str) -> float:
+    try:
+        return json.loads(line).get("global_step", -1)
+    except json.JSONDecodeError:  # a line cut short when the earlier run was killed
+        return float("inf")
+
+
+def start_log(path: Path, resumed_at: int) -> None:
+    """mentor.jsonl for a run that starts afresh (resumed_at 0) or resumes at TRL's global step
+    `resumed_at`, in an output_dir that may hold an earlier run's file. A resumed run keeps the rows
+    of the steps its checkpoint holds and drops the later ones (it trains those steps again), as TRL
+    overwrites their completion tables; a fresh run moves the earlier file aside (mentor.1.jsonl,
+    mentor.2.jsonl, ...), says so, and writes a new one, as TensorBoard starts a new run folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        return
+    if resumed_at:
+        lines = path.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if _global_step(line) < resumed_at]
+        if len(kept) < len(lines):
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(kept))
+            tmp.replace(path)
+            logger.warning("mentor_rollout_func: resumed at step %d; %s keeps the %d rows of earlier steps and drops "
+                           "%d of the steps trained again", resumed_at, path, len(kept), len(lines) - len(kept))
+        return
+    k = 1
+    while path.with_name(f"mentor.{k}.jsonl").exists():
+        k += 1
+    old = path.with_name(f"mentor.{k}.jsonl")
+    path.rename(old)
+    logger.warning("mentor_rollout_func: %s held an earlier run's rows; they are now in %s, and this run writes a "
+                   "new %s", path, old.name, path.name)
+
+
 class TrlPrompts:
     """The PromptBuilder contract (`encode(problem, hint) -> ids`, mentor/rerolls.py) over TRL's own
     tokenization (`_tokenize_prompts`: the trainer's chat template and its kwargs)."""
@@ -167,19 +235,28 @@ def _runs_of(prompts: list[Prompt], g: int) -> list[Prompt]:
 
 class MentorRollout:
     """TRL's rollout_func with MENTOR (the module doc); `mentor_rollout_func` builds it. The mentor,
-    the prompt builder and the dataset's index are made at the first call, from the trainer."""
+    the prompt builder and the dataset's index are made when a run starts (the first call with a
+    trainer or a TrainerState it has not seen: `trainer.train()` makes a new state), from the trainer.
+
+    A mentor step is one training call (one TRL generation batch), as a step is one generation in
+    our trainer: with steps_per_generation < gradient_accumulation_steps TRL calls it several times
+    per optimizer step, and each call is a step of its own (its own group ids, one observation of
+    the collapse detector). mentor.jsonl rows carry it as `step`, and TRL's `global_step` beside it.
+    """
 
     def __init__(self, cfg: MentorConfig, success_reward: float, answer_key: str, backend: Any = None) -> None:
         self.cfg, self.success_reward, self.answer_key, self.backend = cfg, success_reward, answer_key, backend
         self.trainer: Any = None
+        self.run: Any = None  # the TrainerState of the run in progress
+        self.calls = 0  # training calls so far in this run (a resumed run: since the first run's start)
         self.has_logprobs = False  # TRL's HF generation gives none, its vLLM does
 
     def __call__(self, prompts: list[Prompt], trainer: Any) -> dict[str, Any]:
-        if trainer is not self.trainer:
+        if trainer is not self.trainer or trainer.state is not self.run:
             self._start(trainer)
         training = trainer.model.training
         unique = _runs_of(prompts, trainer.num_generations if training else trainer.num_generations_eval)
-        step = trainer.state.global_step
+        step = self.calls if training else trainer.state.global_step
         params = SamplingParams(n=len(prompts) // len(unique), seed=trainer.args.seed + step)
         ids = self.prompts.tokenize(unique)
         samples = self.generate(ids, params)
@@ -188,11 +265,13 @@ class MentorRollout:
         groups = [self._group(step * len(unique) + i, prompt, p, ss)
                   for i, (prompt, p, ss) in enumerate(zip(unique, ids, samples))]
         self.score([r for g in groups for r in g.rollouts])
-        out = self.mentor.intervene(groups, step, self.generate, self.score,
-                                    dataclasses.replace(params, n=self.cfg.reroll.count), policy_version=step)
+        out = self.mentor.intervene(groups, step, self.generate, self.score, dataclasses.replace(
+            params, n=self.cfg.reroll.count), policy_version=trainer.state.global_step)
+        self.calls += 1
+        trainer.state.stateful_callbacks[STATE_KEY] = self.state_dict()  # saved with TRL's next checkpoint
         for name, value in out.metrics.items():
             trainer._log_metric(name, value)
-        self._dump(out.dump_rows)
+        self._dump([{**row, "global_step": trainer.state.global_step} for row in out.dump_rows])
         return self._output([(r.prompt_ids, r.completion_ids, r.sampler_logprobs, r.hint.text if r.hint else None)
                              for g in out.groups for r in g.rollouts])
 
@@ -207,11 +286,32 @@ class MentorRollout:
         for ok, what in checks:
             if not ok:
                 raise NotImplementedError(f"mentor_rollout_func {what}")
-        self.trainer, self.prompts = trainer, TrlPrompts(trainer)
+        self.trainer, self.run, self.prompts = trainer, trainer.state, TrlPrompts(trainer)
         self.dataset = DatasetRows(trainer.train_dataset)
+        self.problems = read_problems(trainer.train_dataset, self.answer_key)
         self.rows: dict[str, dict[str, Any]] = {}  # problem id -> its dataset row
         backend = self.backend or build_backend(self.cfg.agents, seed=trainer.args.seed)
         self.mentor = Mentor(self.cfg, backend, self.prompts, seed=trainer.args.seed)
+        self.calls = 0
+        resumed_at = trainer.state.global_step
+        if resumed_at:
+            saved = trainer.state.stateful_callbacks.get(STATE_KEY)
+            if saved is not None:
+                self.load_state_dict(saved)
+            else:  # ids past any call the checkpointed run can have made (at most one per micro-batch)
+                self.calls = resumed_at * trainer.args.gradient_accumulation_steps
+                logger.warning("mentor_rollout_func: the checkpoint at step %d holds no mentor state (it was not "
+                               "saved with mentor_rollout_func); the mentor's scheduler starts fresh", resumed_at)
+        if self.cfg.dump and trainer.accelerator.is_main_process:
+            start_log(Path(trainer.args.output_dir) / "mentor.jsonl", resumed_at)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data: the training calls made and the scheduler's state (mentor/scheduler.py)."""
+        return {"calls": self.calls, "mentor": self.mentor.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.calls = state["calls"]
+        self.mentor.load_state_dict(state["mentor"])
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         """params.n samples of each prompt by TRL's generation, in its sampler's layout (each prompt n
@@ -227,12 +327,7 @@ class MentorRollout:
 
     def _group(self, group_id: int, prompt: Prompt, prompt_ids: list[int], samples: list[Sample]) -> Group:
         index, row = self.dataset.find(prompt)
-        try:
-            question, context, gold, steps, columns = read_row(row, "auto", "prompt", self.answer_key)
-        except BadRow as e:
-            raise ValueError(f"train_dataset row {index}: {e}") from None
-        problem = Problem(f"row-{index}", question, gold, steps, source=f"train_dataset:row {index}",
-                          columns=columns, context=context)
+        problem = self.problems[index]
         self.prompts.prompts[problem.id], self.rows[problem.id] = prompt, row
         decode = self.mentor.decode
         rollouts = [Rollout(problem, group_id, list(prompt_ids), s.token_ids, s.logprobs, decode(s.token_ids),
@@ -283,36 +378,9 @@ class MentorRollout:
     def _dump(self, rows: list[dict[str, Any]]) -> None:
         if rows and self.cfg.dump and self.trainer.accelerator.is_main_process:
             path = Path(self.trainer.args.output_dir) / "mentor.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a") as f:
                 for row in rows:
                     f.write(json.dumps(row, default=str) + "\n")
-
-
-def mentor_config(mentor: MentorConfig | dict[str, Any] | None = None) -> MentorConfig:
-    """The `mentor:` section of our run config (a MentorConfig, or a mapping of overrides as a YAML
-    file holds them; `enable` implied), refused where TRL's loss or trainer cannot carry it."""
-    if isinstance(mentor, MentorConfig):
-        cfg = dataclasses.replace(mentor, enable=True, task="math" if mentor.task == "auto" else mentor.task)
-    else:
-        cfg = load_config(values={"mentor": {**(mentor or {}), "enable": True}}).mentor
-    checks = [
-        (cfg.loss.mode == "replace",
-         (f"mentor.loss.mode={cfg.loss.mode} weighs tokens in the loss, which TRL's loss does not read: "
-          "use replace (the default) inside TRL, or mentor_fast.GRPOTrainer")),
-        (cfg.loss.distill_coef == 0,
-         ("mentor.loss.distill_coef adds a loss term, which TRL's loss does not compute: leave it at 0 "
-          "inside TRL, or use mentor_fast.GRPOTrainer")),
-        (cfg.task == "math",
-         f"mentor.task={cfg.task}: inside TRL the mentor writes math hints only (code hints read our sandbox)"),
-        (cfg.agents.backend != "self",
-         ("mentor.agents.backend=self writes hints through our rollout engine: inside TRL use "
-          "worked_solutions, local or openai")),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ValueError(message)
-    return cfg
 
 
 def mentor_rollout_func(mentor: MentorConfig | dict[str, Any] | None = None, *, success_reward: float = 1.0,
@@ -320,7 +388,7 @@ def mentor_rollout_func(mentor: MentorConfig | dict[str, Any] | None = None, *, 
     """A `rollout_func` for `trl.GRPOTrainer` (TRL 1.16) with MENTOR on (the module doc).
 
     mentor: the mentor's settings (`mentor_config`), e.g. `{"reroll": {"count": 2}}`. The re-rolls
-    run within TRL's generation call, so mentor.reroll.schedule is not read.
+    run within TRL's generation call (mentor.reroll.schedule in_step; another is refused).
     success_reward: a sample is solved when its weighted reward reaches this (TRL's accuracy_reward
     gives 1.0 to a right answer); a group with no solved sample is all-fail.
     answer_key: the column holding the gold answer that the mentor and its leak guard read ("": the
