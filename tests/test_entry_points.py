@@ -69,6 +69,7 @@ def test_grpo_trainer_as_a_notebook_cell_whose_main_has_no_file(tmp_path, how):
     _trained_once(_run(cmd, tmp_path, stdin), tmp_path / "run")
 
 
+@pytest.mark.slow  # ~20 s; its main module has a guard, and `python -m mentor_fast train` runs in the default set
 def test_the_console_script(tmp_path):
     cli = Path(sys.executable).with_name("mentor-fast")
     proc = _run([str(cli), "train", "--config", str(REPO / "configs" / "tiny_test.yaml"), f"output_dir={tmp_path / 'run'}",
