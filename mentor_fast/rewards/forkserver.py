@@ -112,7 +112,7 @@ class ForkServer:
         if self._owner == os.getpid():
             self._stop()
         ours, theirs = socket.socketpair()
-        code = (f"import sys; sys.path[:] = {sys.path!r}; "
+        code = (f"import sys; sys.path[:] = {[str(p) for p in sys.path]!r}; "
                 f"from mentor_fast.rewards.forkserver import serve; serve({theirs.fileno()}, {self.prepare!r})")
         self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()],
                                       stdin=subprocess.DEVNULL)
