@@ -174,3 +174,30 @@ def test_the_server_and_its_workers_end_with_the_process_that_started_them(tmp_p
     proc = _run([sys.executable, "-c", code], tmp_path, timeout=120)
     pids = [int(p) for p in proc.stdout.split()]
     assert len(pids) == 3 and all(_gone(p) for p in pids)
+
+
+def test_a_pool_copied_into_a_forked_process_leaves_the_parents_workers_alone(tmp_path):
+    """A DataLoader worker forked from the trainer holds a copy of the pool: scoring there starts the
+    copy's own workers (from a server of its own), and closing it neither stops nor kills the parent's."""
+    code = textwrap.dedent("""
+        import gc, os
+        from mentor_fast.rewards.pool import SERVER, MathVerifierPool
+        pool = MathVerifierPool(workers=2)
+        pool.verify_batch([r"\\boxed{1}"], ["1"])
+        workers, server = pool.pids, SERVER.pid
+        pid = os.fork()
+        if pid == 0:
+            ok = pool.verify_batch([r"\\boxed{2}"], ["2"])[0].correct
+            print("child", ok, not set(pool.pids) & set(workers), SERVER.pid != server, flush=True)
+            pool.close()
+            del pool
+            gc.collect()
+            SERVER.stop()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        out = pool.verify_batch([r"\\boxed{3}", r"\\boxed{3}"], ["3", "4"])
+        print("parent", [v.correct for v in out], pool.pids == workers, pool.counters.restarts, flush=True)
+        pool.close()
+    """)
+    lines = _run([sys.executable, "-c", code], tmp_path, timeout=120).stdout.splitlines()
+    assert lines == ["child True True True", "parent [True, False] True 0"]

@@ -105,6 +105,16 @@ class ForkServer:
         self._owner = 0  # the pid that started the server
         self._lock = threading.Lock()
         self.starts = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        """In a process forked from the parent (a DataLoader worker, say): the parent's server is not
+        this process's; it starts its own if it needs one. The lock may have been held by a thread
+        the fork did not copy."""
+        self._lock = threading.Lock()
+        if self._ctl is not None:
+            self._ctl.close()  # this process's copy: the parent's server still sees the parent's
+        self._ctl, self._proc, self._owner = None, None, 0
 
     def _ensure_running(self) -> None:
         if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:

@@ -106,6 +106,7 @@ class MathVerifierPool:
         # sum near timeout_s. signal.alarm takes whole seconds.
         self._inner = max(1, int(timeout_s // 2)) if signal_timeouts else None
         self._pool: list[_Worker] = []
+        self._owner = os.getpid()
         self.counters = PoolCounters()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -129,12 +130,23 @@ class MathVerifierPool:
         self._pool[self._pool.index(w)] = self._spawn()
         self.counters.restarts += 1
 
+    def _disown_if_forked(self) -> bool:
+        """In a copy of this pool in a forked process (a DataLoader worker, say) the workers are the
+        parent's: leave them alone (no message, no kill) and start this process's own if it scores."""
+        if self._owner == os.getpid():
+            return False
+        self._pool, self._owner = [], os.getpid()
+        return True
+
     def start(self) -> None:
         """Start the workers (otherwise done on the first `verify_batch`)."""
+        self._disown_if_forked()
         while len(self._pool) < self.workers:
             self._pool.append(self._spawn())
 
     def close(self) -> None:
+        if self._disown_if_forked():
+            return
         for w in self._pool:
             with contextlib.suppress(OSError):  # already dead: killed below anyway
                 w.conn.send(None)
