@@ -65,6 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast over fp32 weights (default: fp32)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="completion length limit (bench: 128)")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads (bench: 2)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where TRL trains (bench: cpu)")
+    p.add_argument("--reward", choices=["math", "length"], default="math",
+                   help="math: mentor_fast's verifier (bench); length: shorter is better, -len(text) / 100 (a random "
+                        "model's only signal; benchmarks/gpu_step.py gives ours the same function)")
     args = p.parse_args(argv)
     if args.max_steps < 1 or args.max_new_tokens < 1 or args.threads < 1:
         p.error("--max-steps, --max-new-tokens and --threads must be >= 1")
@@ -128,6 +132,11 @@ def expected_prompt_ids(tokenizer, cfg, steps: int) -> dict[int, list[list[int]]
             for step in range(1, steps + 1)}
 
 
+def shorter_is_better(completions, **columns) -> list[float]:
+    """A shaped reward for models that never answer correctly (TRL's signature): -len(text) / 100."""
+    return [-len(c[-1]["content"] if isinstance(c, list) else c) / 100.0 for c in completions]
+
+
 def make_reward(timeout_s: float):
     """A TRL reward function: 1.0 when mentor_fast's math verifier accepts the completion, else 0.0."""
     import_project()
@@ -171,8 +180,16 @@ def step_record(step: int, wall_s: float, phases: dict[str, float], completion_l
         "acc": sum(rewards) / len(rewards) if rewards else 0.0,
         "prompts_match": prompts_match,
         "rss_mb": _rss_mb(),
+        "peak_cuda_gb": _peak_cuda_gb(),
         "loadavg": os.getloadavg()[0],
     }
+
+
+def _peak_cuda_gb() -> float | None:
+    """torch.cuda.max_memory_allocated so far (GiB, as our trainer's perf/peak_mem_gb); None on the CPU."""
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
 
 
 def _rss_mb() -> float:
@@ -298,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = run_config(args.max_new_tokens)
     rows = prompt_rows(cfg, args.max_steps)
-    reward = make_reward(cfg.reward.timeout_s)
+    reward = make_reward(cfg.reward.timeout_s) if args.reward == "math" else shorter_is_better
 
     import torch
     from datasets import Dataset
@@ -334,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "epsilon_high": cfg.loss.eps_high,
         "seed": cfg.seed,
         "max_steps": args.max_steps,
-        "use_cpu": True,
+        "use_cpu": args.device == "cpu",
         "bf16": args.bf16,
         "fp16": False,
         "gradient_checkpointing": not args.no_gc,
@@ -373,7 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "data": {"source": cfg.data.source, "levels": list(cfg.data.levels), "seed": cfg.seed,
                  "prompts_per_step": cfg.rollout.prompts_per_step, "system_prompt": cfg.data.system_prompt},
-        "reward": "mentor_fast.rewards.math.verify, in process",
+        "reward": ("mentor_fast.rewards.math.verify, in process" if args.reward == "math"
+                   else "shorter_is_better: -len(text) / 100"),
+        "device": args.device,
         "init_s": init_s,
         "train_total_s": train_total_s,
     }
