@@ -202,3 +202,58 @@ def patch_liger(model) -> None:
     fn = MODEL_TYPE_TO_APPLY_LIGER_FN[model.config.model_type]
     known = inspect.signature(fn).parameters
     fn(model=model, **{k: v for k, v in LIGER_PATCHES.items() if k in known})
+
+
+# Bytes autograd keeps per token and decoder layer without gradient checkpointing, per unit of
+# hidden and of MLP width: fitted to saved-tensor hooks on Llamas built in code (fp32: ~13 fp32
+# copies of the hidden state and ~3.3 of the MLP width; bf16 autocast: the casts' bf16 copies beside
+# the fp32 residual stream and norms), rounded up. tests/test_update.py holds it above the
+# measurement and within 1.5x of it; benchmarks/update_profile.py compares it with a GPU's peak.
+ACTIVATION_BYTES = {"float32": (56, 14), "bfloat16": (36, 17)}
+
+
+def activation_bytes(config, tokens: int, compute_dtype: torch.dtype | None) -> int:
+    """Estimated activation memory of a forward over `tokens` tokens kept for the backward, attention
+    by a flash-style kernel (O(T) saved per query; transformers' eager attention keeps its [T, T]
+    probabilities and is not counted)."""
+    per_h, per_i = ACTIVATION_BYTES["bfloat16" if compute_dtype == torch.bfloat16 else "float32"]
+    per_token_layer = per_h * config.hidden_size + per_i * config.intermediate_size
+    return tokens * (config.num_hidden_layers * per_token_layer + 8 * config.hidden_size)
+
+
+def memory_available(device: torch.device) -> int | None:
+    """Bytes a new allocation can still get: the device's free memory plus what torch's caching
+    allocator holds unused (CUDA), or the kernel's MemAvailable (CPU); None where unknown."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    try:
+        with open("/proc/meminfo") as f:
+            line = next(x for x in f if x.startswith("MemAvailable:"))
+        return int(line.split()[1]) * 1024
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def checkpointing_needed(model, tokens: int, compute_dtype: torch.dtype | None, pending_bytes: int,
+                         available: int | None = None) -> bool:
+    """model.gradient_checkpointing=auto: True when a micro-batch of `tokens` tokens would not fit
+    without it: its activations, the loss head's working set (the bf16 cast of the head, its fp32
+    gradient and a logits chunk) and `pending_bytes` (training state not yet allocated: gradients,
+    optimizer moments), against 90% of what is available (`memory_available` by default)."""
+    device = next(model.parameters()).device
+    available = memory_available(device) if available is None else available
+    if available is None:
+        return False
+    config = model.get_decoder().config
+    head = 6 * config.vocab_size * config.hidden_size + (640 << 20)
+    need = activation_bytes(config, tokens, compute_dtype) + head + pending_bytes
+    return need > 0.9 * available
+
+
+def enable_checkpointing(model) -> None:
+    """transformers' gradient checkpointing on every decoder layer. With frozen parameters (LoRA) the
+    embedding's output is made to require grad, so the checkpointed blocks have a graph to replay."""
+    model.gradient_checkpointing_enable()
+    if any(not p.requires_grad for p in model.parameters()):
+        model.enable_input_require_grads()

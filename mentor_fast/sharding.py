@@ -111,6 +111,8 @@ class FullWeights:
 
 
 def global_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Clip by the norm over every rank's gradient shards (max_norm <= 0: measure only)."""
+    """Clip by the norm over every rank's gradient shards (max_norm <= 0: measure only). torch's
+    foreach kernels on CUDA; the norm stays on the device, so the optimizer step is queued behind
+    the clipping without waiting for it."""
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
-    return full_tensor(norm).detach().float().cpu()
+    return full_tensor(norm).detach().float()

@@ -132,10 +132,6 @@ class Trainer:
         if lora:
             self.model = apply_lora(self.model, cfg.model.lora, adapter=ckpt / "policy" if ckpt else None)
         self.model.to(self.device)
-        if cfg.model.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
-            if lora:  # the frozen embedding's output needs grad for the checkpointed blocks' backward
-                self.model.enable_input_require_grads()
         self.model.train()
         self.ref_model = None
         if cfg.model.ref_model and cfg.loss.beta > 0:  # frozen and small next to the policy: not sharded
@@ -152,7 +148,7 @@ class Trainer:
                               max_completion_len=cfg.rollout.max_new_tokens)
         self.updater = PolicyUpdater(self.policy, self.optimizer, self.scheduler, loss, cfg.trainer, cfg.optim,
                                      pad_id=self.tokenizer.pad_token_id, ref_model=self.ref_model, seed=cfg.seed,
-                                     dist=self.dist)
+                                     dist=self.dist, checkpointing=cfg.model.gradient_checkpointing)
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed, rows)
         self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat, max_new_tokens=cfg.rollout.max_new_tokens)

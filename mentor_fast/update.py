@@ -24,9 +24,9 @@ Two exact savings (both on by default, both off-switchable in TrainerConfig):
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
+from typing import Literal
 
 import torch
 
@@ -39,39 +39,19 @@ from mentor_fast.algo.batch import (
 )
 from mentor_fast.algo.terms import TermContext, apply_extra_terms
 from mentor_fast.algo.weights import token_policy_weights
+from mentor_fast.attention import update_attention, varlen_available
 from mentor_fast.config import OptimConfig, TrainerConfig
 from mentor_fast.dist import Dist
-from mentor_fast.forward import MicroBatch, completion_hidden
+from mentor_fast.forward import DecoderInputs, MicroBatch, choose_form, decoder_inputs, run_decoder, to_device
 from mentor_fast.kernels import AGGREGATIONS, GRPOOptions, grpo_loss, sequence_weights, token_logprobs
-from mentor_fast.optim import AdamWBF16States
+from mentor_fast.models import checkpointing_needed, enable_checkpointing
+from mentor_fast.optim import build_optimizer, pending_state_bytes  # noqa: F401 - build_optimizer: the trainer's import path
 from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, max_steps: int):
-    params = [p for p in model.parameters() if p.requires_grad]
-    adamw = AdamWBF16States if cfg.state_dtype == "bfloat16" else torch.optim.AdamW
-    optimizer = adamw(params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
-
-    def factor(step: int) -> float:
-        if cfg.warmup_steps and step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        if cfg.schedule == "constant":
-            return 1.0
-        span = max(1, max_steps - cfg.warmup_steps)
-        progress = min(1.0, (step - cfg.warmup_steps) / span)
-        if cfg.schedule == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-    return optimizer, scheduler
-
-
-def _hidden_and_head(model, batch, seqs, pad_id, share_prompts, autocast_bf16, packed=False):
+def _hidden_and_head(model, x: DecoderInputs, autocast_bf16: bool, varlen: bool):
     """Run inside the policy's forward: the micro-batch's hidden states and the (gathered) head."""
-    mb = completion_hidden(model, batch, seqs, pad_id, share_prompts=share_prompts, autocast_bf16=autocast_bf16,
-                           packed=packed)
-    return mb, head_weight(model)
+    return run_decoder(model, x, autocast_bf16=autocast_bf16, varlen=varlen), head_weight(model)
 
 
 def _idle_pass(model, pad_id):
@@ -101,6 +81,7 @@ class PolicyUpdater:
         ref_model: torch.nn.Module | None = None,
         seed: int = 0,
         dist: Dist | None = None,
+        checkpointing: Literal["auto"] | bool = False,
     ):
         self.policy = model if isinstance(model, PolicyModule) else PolicyModule(model)
         self.model, self.optimizer, self.scheduler = self.policy.model, optimizer, scheduler
@@ -114,26 +95,53 @@ class PolicyUpdater:
         self.ref_model = ref_model
         self.generator = torch.Generator().manual_seed(seed)
         self.backend = "ref" if loss.impl == "reference" else None  # None: triton on CUDA, else chunked
-        # The prompt keys/values are passed between two decoder calls, which HF's gradient
-        # checkpointing does not allow (it drops the cache): fall back to full rows there.
-        self.share_prompts = trainer_cfg.shared_prompt_forward and not getattr(
-            self.model, "is_gradient_checkpointing", False)
+        self.device = next(self.model.parameters()).device
+        # packed rows take a variable-length kernel where one runs; elsewhere (auto) full rows,
+        # since a block-diagonal mask costs the square of the pack
+        self.varlen = varlen_available(self.device, loss.compute_dtype)
+        self.packed = trainer_cfg.packing is True or (trainer_cfg.packing == "auto" and self.varlen)
+        self.checkpointing = checkpointing
+        if checkpointing is True:
+            enable_checkpointing(self.model)
+        self._set_share_prompts()
         self.skip_zero_advantage = (trainer_cfg.skip_zero_advantage and loss.beta == 0 and loss.entropy_coef == 0
                                     and not self.aggregation.per_micro_batch)
 
     # ---------------------------------------------------------------- forward pieces
+    def _set_share_prompts(self) -> None:
+        # The prompt keys/values are passed between two decoder calls, which HF's gradient
+        # checkpointing does not allow (it drops the cache): full rows there. Packed rows are one
+        # decoder call with no padding, against the shared forward's two.
+        self.share_prompts = (self.trainer_cfg.shared_prompt_forward and not self.packed
+                              and not getattr(self.model, "is_gradient_checkpointing", False))
+
+    def _decide_checkpointing(self) -> None:
+        """model.gradient_checkpointing=auto, at the first update: on only where a micro-batch's
+        activations would not fit in the memory left."""
+        if self.checkpointing == "auto":
+            if checkpointing_needed(self.model, self.trainer_cfg.micro_batch_tokens, self.options.compute_dtype,
+                                    pending_state_bytes(self.optimizer)):
+                enable_checkpointing(self.model)
+            self.checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
+            self._set_share_prompts()
+
     def _plan(self, batch: TrainBatch, seqs: list[int]) -> list[list[int]]:
         budget = self.trainer_cfg.micro_batch_tokens
+        if self.packed:
+            return plan_packed_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
         if self.share_prompts:
             return plan_shared_micro_batches(batch.prompt_index, batch.prompt_lens.tolist(),
                                              batch.completion_lens.tolist(), seqs, budget)
-        plan = plan_packed_micro_batches if self.trainer_cfg.packing else plan_micro_batches
-        return plan([len(x) for x in batch.input_ids], seqs, budget)
+        return plan_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
 
-    def _hidden(self, model: torch.nn.Module | None, batch: TrainBatch,
-                seqs: list[int]) -> tuple[MicroBatch, torch.Tensor]:
+    def _inputs(self, batch: TrainBatch, seqs: list[int]) -> DecoderInputs:
+        """The micro-batch's decoder inputs, built on the host and queued to the device."""
+        form = choose_form(batch, seqs, share_prompts=self.share_prompts, packed=self.packed)
+        return decoder_inputs(batch, seqs, self.pad_id, form).to(self.device)
+
+    def _hidden(self, model: torch.nn.Module | None, x: DecoderInputs) -> tuple[MicroBatch, torch.Tensor]:
         """(micro-batch hidden states, LM head weight) of the policy (model None) or the reference."""
-        args = (batch, seqs, self.pad_id, self.share_prompts, self.autocast_bf16, self.trainer_cfg.packing)
+        args = (x, self.autocast_bf16, self.varlen)
         return self.policy(_hidden_and_head, *args) if model is None else _hidden_and_head(model, *args)
 
     def _idle(self, grad: bool) -> None:
@@ -150,20 +158,25 @@ class PolicyUpdater:
     @torch.no_grad()
     def logprobs(self, model: torch.nn.Module | None, batch: TrainBatch, seqs: list[int]) -> dict[int, torch.Tensor]:
         """No-grad per-sequence completion log-probs in each sequence's own context, of the policy
-        (model None; every rank joins, see `_idle`) or of a reference model (local)."""
-        out = {}
+        (model None; every rank joins, see `_idle`) or of a reference model (local). One copy to the
+        host for the whole pass."""
         plans = self._plan(batch, seqs)
         passes = self._most(len(plans)) if model is None else len(plans)  # agreed before any pass
-        for plan in plans:
-            mb, weight = self._hidden(model, batch, plan)
-            with torch.autocast(mb.hidden.device.type, enabled=False):
-                logp = token_logprobs(mb.hidden, weight, mb.targets, temperature=self.options.temperature,
-                                      backend=self.backend, compute_dtype=self.options.compute_dtype)
-            for j, i in enumerate(plan):
-                out[i] = logp[mb.seq_index == j].float().cpu()
+        parts = [self._token_logprobs(model, self._inputs(batch, plan)) for plan in plans]
         for _ in range(passes - len(plans)):
             self._idle(grad=False)
-        return out
+        if not parts:
+            return {}
+        order = [i for plan in plans for i in plan]
+        flat = torch.cat(parts).float().cpu()
+        return dict(zip(order, flat.split(batch.completion_lens[order].tolist())))
+
+    def _token_logprobs(self, model: torch.nn.Module | None, x: DecoderInputs) -> torch.Tensor:
+        """[N] log-probs of the micro-batch's completion tokens, sequence by sequence, on the device."""
+        mb, weight = self._hidden(model, x)
+        with torch.autocast(mb.hidden.device.type, enabled=False):
+            return token_logprobs(mb.hidden, weight, mb.targets, temperature=self.options.temperature,
+                                  backend=self.backend, compute_dtype=self.options.compute_dtype)
 
     # ---------------------------------------------------------------- the update
     def update(self, batch: TrainBatch, current_version: int) -> dict[str, torch.Tensor]:
@@ -186,6 +199,7 @@ class PolicyUpdater:
                     "lr": torch.tensor(self.scheduler.get_last_lr()[0]), "timing_s/old_logprob": 0.0,
                     "update/skipped_token_frac": torch.tensor(1.0), "update/optimizer_skipped": torch.tensor(1.0)}
         t0 = time.perf_counter()
+        self._decide_checkpointing()
         in_loss = self.in_loss(batch)
         loss_lens = batch.completion_lens * in_loss
         computed = set(self.trainable(batch))
@@ -305,8 +319,28 @@ class PolicyUpdater:
         return [i for i in range(batch.num_seqs) if float(batch.advantages[i]) != 0.0 and in_loss[i]]
 
     def _micro_step(self, batch, plan, weight_of, old_logp, stale, num_micro, in_loss):
-        mb, weight = self._hidden(None, batch, plan)
-        device = mb.hidden.device
+        """One micro-batch: the host builds its inputs and queues them to the device, then `_run`."""
+        x = self._inputs(batch, plan)
+        tokens_in = self._token_inputs(batch, plan, weight_of, old_logp, stale, num_micro, in_loss)
+        return self._run(x, *to_device(tokens_in, self.device))
+
+    def _run(self, x: DecoderInputs, w, adv, sampler, old, corrected, is_w=None) -> dict[str, torch.Tensor]:
+        """Forward, loss and backward of staged inputs; reads nothing back from the device."""
+        with update_attention(self.model):  # the backward's recompute (checkpointing) runs it too
+            mb, weight = self._hidden(None, x)
+            # the reference is not sharded; it reads the same inputs
+            ref = self._token_logprobs(self.ref_model, x).float() if self.options.beta > 0 else None
+            # fp32 logits inside the op, whatever the operands: bf16 logits put a 3-6% error into the
+            # ratio (docs/kernels.md#numerics)
+            with torch.autocast(self.device.type, enabled=False):
+                out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
+                                sampler_logp=corrected, seq_ids=mb.seq_index, options=self.options,
+                                backend=self.backend)
+            out.loss.backward()
+        return self._micro_metrics(out, w, sampler, ref is not None)
+
+    def _token_inputs(self, batch, plan, weight_of, old_logp, stale, num_micro, in_loss) -> list[torch.Tensor]:
+        """[N] fp32 host vectors of the micro-batch's tokens: w, adv, sampler, old, corrected[, is_w]."""
         lens = batch.completion_lens[plan]
         if self.aggregation.per_micro_batch:  # e.g. TRL's bnpo: this micro-batch's own normaliser
             kept = in_loss[plan]
@@ -329,27 +363,17 @@ class PolicyUpdater:
         # method weighs itself takes none (its sampler side is pi_old: a ratio of exactly 1).
         corrected = torch.cat([old_i if batch.rollouts[i].weighting is not None else s_i for i, old_i, s_i in
                                zip(plan, old.split(lens.tolist()), sampler.split(lens.tolist()))])
-        ref = None
-        if self.options.beta > 0:
-            ref_all = self.logprobs(self.ref_model, batch, plan)  # the reference is not sharded
-            ref = torch.cat([ref_all[i] for i in plan]).to(device)
-        w, adv, sampler, old, corrected = (t.to(device=device, dtype=torch.float32)
-                                           for t in (w, adv, sampler, old, corrected))
-        is_w = is_w.to(device) if is_w is not None else None
-        # fp32 logits inside the op, whatever the operands: bf16 logits put a 3-6% error into the
-        # ratio (docs/kernels.md#numerics)
-        with torch.autocast(device.type, enabled=False):
-            out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
-                            sampler_logp=corrected, seq_ids=mb.seq_index, options=self.options,
-                            backend=self.backend)
-        out.loss.backward()
+        vectors = [w, adv, sampler, old, corrected] + ([is_w] if is_w is not None else [])
+        return [v.to(torch.float32) for v in vectors]
+
+    def _micro_metrics(self, out, w: torch.Tensor, sampler: torch.Tensor, with_ref: bool) -> dict[str, torch.Tensor]:
+        """Token-weighted sums of the kernels' means (means over active tokens, NaN for none). Which
+        metrics exist is known without looking at a value, so nothing here waits for the device."""
         active = (w != 0).float()
         tokens = active.sum()
         m = {"tokens": tokens, "loss": out.loss.detach()}
-        # The kernels report means over active tokens (NaN for none); the trainer sums them. Which
-        # metrics exist is known without looking at a value, so nothing here waits for the device.
         corrects = self.options.is_cap > 0
-        computed = {"kl_mean": ref is not None, "entropy_mean": out.entropy is not None,
+        computed = {"kl_mean": with_ref, "entropy_mean": out.entropy is not None,
                     "is_weight_mean": corrects, "is_masked_frac": corrects}
         for name, key in [("clip_frac_low", "clip_frac_low"), ("clip_frac_high", "clip_frac_high"),
                           ("ratio_mean", "ratio_mean"), ("entropy_mean", "entropy"), ("kl_mean", "kl"),
@@ -376,11 +400,12 @@ class PolicyUpdater:
         return torch.cat(parts)
 
     def _optimizer_step(self) -> torch.Tensor:
+        """Clip and step; the norm stays on the device (the metrics are read once, after the update)."""
         for p in self.model.parameters():  # a skipped (all-zero) batch still steps AdamW's moments
             if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
         params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = global_grad_norm(params, self.optim_cfg.grad_clip)  # over every rank's shards
+        norm = global_grad_norm(params, self.optim_cfg.grad_clip)  # over every rank's shards, foreach
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

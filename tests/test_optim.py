@@ -7,7 +7,7 @@ import torch
 from helpers import write_shaped_reward
 
 from mentor_fast.config import OptimConfig
-from mentor_fast.optim import AdamWBF16States, store_bf16_
+from mentor_fast.optim import AdamWBF16States, pending_state_bytes, store_bf16_
 from mentor_fast.update import build_optimizer
 
 
@@ -47,11 +47,57 @@ def test_stochastic_store_is_unbiased_where_rounding_to_nearest_stalls():
     assert float(out.float().mean()) == pytest.approx(1.0 + 2**-9, abs=2e-5)
 
 
-def test_config_picks_it():
+@pytest.mark.parametrize("stochastic", [True, False])
+def test_the_foreach_step_gives_the_loops_bits(stochastic):
+    """The bucketed foreach step against the per-parameter loop (its specification), over shapes that
+    are not powers of two, a bucket limit that cuts between parameters and a parameter bigger than a
+    bucket, weight decay, and a parameter that has no gradient on one step. On the CPU the noise is
+    drawn in the loop's order, so the moments and the weights agree bit for bit."""
+    torch.manual_seed(0)
+    shapes = [(37, 5), (300,), (11, 3, 7), (1,), (129, 2)]
+    weights = [torch.randn(s) for s in shapes]
+    loop_p = [w.clone().requires_grad_() for w in weights]
+    each_p = [w.clone().requires_grad_() for w in weights]
+    loop = AdamWBF16States(loop_p, lr=1e-2, weight_decay=0.1, stochastic=stochastic, foreach=False)
+    each = AdamWBF16States(each_p, lr=1e-2, weight_decay=0.1, stochastic=stochastic, bucket_elements=250)
+    for step in range(6):
+        for i, (a, b) in enumerate(zip(loop_p, each_p)):
+            g = None if (step == 2 and i == 1) else torch.randn_like(a)
+            a.grad, b.grad = g, None if g is None else g.clone()
+        loop.step()
+        each.step()
+    for a, b in zip(loop_p, each_p):
+        assert torch.equal(a, b)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(loop.state[a][key], each.state[b][key]), key
+    assert not torch.equal(loop_p[0], weights[0])
+
+
+def test_config_picks_it_and_its_implementation():
     model = torch.nn.Linear(4, 3)
     opt, _ = build_optimizer(model, OptimConfig(lr=1e-3, state_dtype="bfloat16"), max_steps=5)
-    assert isinstance(opt, AdamWBF16States)
+    assert isinstance(opt, AdamWBF16States) and opt.foreach
+    loop, _ = build_optimizer(model, OptimConfig(lr=1e-3, state_dtype="bfloat16", implementation="for_loop"), 5)
+    assert not loop.foreach
     assert isinstance(build_optimizer(model, OptimConfig(lr=1e-3), max_steps=5)[0], torch.optim.AdamW)
+    flags = {impl: build_optimizer(model, OptimConfig(lr=1e-3, implementation=impl), 5)[0].defaults
+             for impl in ("auto", "fused", "foreach", "for_loop")}
+    # auto on the CPU leaves the choice to torch (its loop); fused is taken where every parameter is on CUDA
+    assert flags["auto"]["fused"] is None and flags["auto"]["foreach"] is None
+    assert flags["fused"]["fused"] and flags["foreach"]["foreach"] and not flags["for_loop"]["foreach"]
+
+
+def test_pending_state_counts_what_the_first_step_allocates():
+    model = torch.nn.Linear(40, 30)
+    n = sum(p.numel() for p in model.parameters())
+    for dtype, moments in (("float32", 8), ("bfloat16", 4)):
+        opt, _ = build_optimizer(model, OptimConfig(lr=1e-3, state_dtype=dtype), max_steps=5)
+        assert pending_state_bytes(opt) == n * (4 + moments)  # gradients and both moments
+        model(torch.randn(2, 40)).sum().backward()
+        assert pending_state_bytes(opt) == n * moments
+        opt.step()
+        assert pending_state_bytes(opt) == 0
+        model.zero_grad(set_to_none=True)
 
 
 def test_a_run_checkpoints_and_resumes_the_bf16_moments(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from mentor_fast.kernels import GRPOOptions
 from mentor_fast.algo.batch import build_train_batch, plan_shared_micro_batches
 from mentor_fast.algo.terms import TermContext, apply_extra_terms
 from mentor_fast.config import AdvantageConfig, OptimConfig, TrainerConfig
-from mentor_fast.forward import hidden_rows, hidden_shared
+from mentor_fast.forward import Form, decoder_inputs, hidden_rows_ref, run_decoder
 from mentor_fast.models import load_policy
 from mentor_fast.types import ExtraTerm, TokenWeighting
 from mentor_fast.update import PolicyUpdater
@@ -37,7 +37,8 @@ def test_shared_prompt_hidden_states_and_gradients_match_full_rows(tiny_model_pa
     results = []
     for shared in (False, True):
         upd.model.zero_grad(set_to_none=True)
-        mb = (hidden_shared if shared else hidden_rows)(upd.model, batch, seqs, PAD)
+        mb = (run_decoder(upd.model, decoder_inputs(batch, seqs, PAD, Form.SHARED)) if shared
+              else hidden_rows_ref(upd.model, batch, seqs, PAD))
         (mb.hidden * probe).sum().backward()
         grads = {n: p.grad.clone() for n, p in upd.model.named_parameters()}
         results.append((mb, grads))

@@ -60,8 +60,11 @@ class ModelConfig:
     """Training dtype of the policy weights (and the HF rollout engine)."""
     autocast_bf16: bool = False
     """Keep fp32 master weights and run forward/backward under bf16 autocast."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in backward (less memory, ~30% more compute)."""
+    gradient_checkpointing: Literal["auto", True, False] = "auto"
+    """Recompute each decoder layer's activations in the backward (less memory, one more forward's
+    compute and launches). auto: off unless a micro-batch's activations (estimated from
+    trainer.micro_batch_tokens, the model's width and depth) with the training state would not fit
+    in the memory left at the first update; true: always; false: never."""
     tf32: bool = True
     """CUDA: fp32 matmuls and convolutions may use TF32 tensor cores (torch.set_float32_matmul_precision
     "high"). What stays fp32 in a bf16 run (the reference loss head, fp32 optimizer math) gets faster."""
@@ -253,6 +256,11 @@ class OptimConfig:
     """AdamW's two moments. bfloat16: stored in bf16 with stochastic rounding, the math in fp32
     (mentor_fast/optim.py): 12 bytes per trained parameter instead of 16 (benchmarks/adamw_bf16.py
     measures the drift from fp32 AdamW)."""
+    implementation: Literal["auto", "fused", "foreach", "for_loop"] = "auto"
+    """How the AdamW step runs. auto: torch's fused kernel where every parameter is a plain CUDA
+    tensor (fp32 moments), torch's foreach elsewhere on CUDA, its loop on the CPU; the bf16-moment
+    AdamW foreach (few launches per step). fused/foreach/for_loop: that one (fused: fp32 moments;
+    for the bf16 moments only for_loop differs, the per-parameter loop)."""
     grad_clip: Annotated[float, Range(ge=0)] = 1.0
     """Global grad-norm clip (0 disables)."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -276,13 +284,16 @@ class TrainerConfig:
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
     micro_batch_tokens: Annotated[int, Range(ge=1)] = 2048
     """Token budget (prompt + completion, padded) per forward/backward micro-batch."""
-    packing: bool = False
-    """Full-row micro-batches as one packed row with no padding (the budget counts real tokens):
-    flash-attn's varlen kernel with model.attn_implementation=flash_attention_2, a block-diagonal
-    mask with SDPA. Micro-batches whose prompts are shared still take the shared-prompt forward."""
+    packing: Literal["auto", True, False] = "auto"
+    """Micro-batches as one packed row with no padding, filled to micro_batch_tokens real tokens
+    (first-fit decreasing), attention kept within each sequence: a variable-length flash kernel
+    (flash-attn's when installed, else torch's own) on CUDA with bf16/fp16 compute, a block-diagonal
+    mask elsewhere (its cost grows with the square of the pack). auto: packed where the varlen
+    kernel runs, else padded rows; true: always. Packed rows take precedence over the shared-prompt
+    forward (one decoder pass instead of two)."""
     shared_prompt_forward: bool = True
     """Run each distinct prompt of a micro-batch through the decoder once; its completions attend to
-    its keys/values (exact). Off under gradient checkpointing."""
+    its keys/values (exact). Off under gradient checkpointing and with packed rows."""
     skip_zero_advantage: bool = True
     """Skip the forward/backward of sequences whose advantage is exactly 0 when beta = 0 and
     entropy_coef = 0 (their gradient is exactly 0; the normaliser still counts their tokens)."""
