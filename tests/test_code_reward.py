@@ -91,11 +91,11 @@ def test_forgeries_score_zero_and_are_counted_by_cause(scorer):
     rollouts.append(Rollout(Problem("h", "q", "", code=helper), 3, [1], [2], [0.0], shadow, "stop", 0))
     metrics = scorer.score(rollouts)
     assert [r.correct for r in rollouts] == [True, False, False, False]
-    assert [r.verifier_detail.status for r in rollouts] == ["passed", "forged_output", "bad_return_type", "failed"]
+    assert [r.verifier_detail.status for r in rollouts] == ["passed", "forged_output", "unsupported", "failed"]
     assert {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith("reward/code/status/")} == {
-        "passed": 1, "forged_output": 1, "bad_return_type": 1, "failed": 1}
+        "passed": 1, "forged_output": 1, "unsupported": 1, "failed": 1}
     assert rollouts[2].verifier_detail.test_line == "assert add3(1) == 4"
-    assert rollouts[2].verifier_note.startswith("bad_return_type: add3() returned a __main__.R")
+    assert rollouts[2].verifier_note.startswith("unsupported: add3() returned a __main__.R")
     assert rollouts[3].verifier_detail.test_line == "assert add3(1) == unit(1)"
 
 

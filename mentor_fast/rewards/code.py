@@ -29,20 +29,22 @@ if TYPE_CHECKING:
     from mentor_fast.config import CodeRewardConfig
 
 TAIL = 2000  # characters kept of stdout, stderr and the traceback
-STATUSES = ("passed", "failed", "error", "timeout", "crashed", "sandbox_error", "forged_output", "bad_return_type",
-            "channel_closed", "needs_objects")
+STATUSES = ("passed", "failed", "error", "timeout", "crashed", "sandbox_error", "bad_problem", "forged_output",
+            "channel_closed", "unsupported")
 
 
 @dataclass(frozen=True)
 class CodeResult:
     passed: bool
     status: str  # one of STATUSES: passed; failed (an assertion of the tests); error (any other
-    # exception, the program's or the tests'); timeout; crashed (the program's process died or
-    # exited before the tests finished, or passed an output cap); sandbox_error (not the program's
-    # doing); forged_output (it wrote on its channel what is no well-formed answer); bad_return_type
-    # (a function returned what is not plain data); channel_closed (it closed its channel and lived
-    # on); needs_objects (a test needs the program's objects in the checker: a callback, an
-    # instance of its class, an argument it changed in place that the failing test then read)
+    # exception, the program's or the tests', an AssertionError of the program's included); timeout;
+    # crashed (the program's process died or exited before the tests finished, or passed an output
+    # cap); sandbox_error (not the program's doing); bad_problem (the problem's setup or tests do not
+    # compile, or its setup raised: no program can pass it); forged_output (it wrote on its channel
+    # what is no well-formed answer); channel_closed (it closed its channel and lived on);
+    # unsupported (the tests need what cannot cross or be honoured between two processes: a value
+    # that is not plain data either way, an object of the program's, its function's source or
+    # frames, a patch or trace active while calling it; see docs/code.md)
     exception: str = ""  # the exception's type, e.g. "AssertionError", "NameError"
     message: str = ""
     test_line: str = ""  # the source line of the tests that failed, when the failure is in the tests
@@ -103,6 +105,8 @@ def classify(run: JudgeRun) -> CodeResult:
                        "the program's process closed its channel to the checker and went on running")
         elif status == "checker_error":
             status, message = "sandbox_error", f"the checker failed: {v.get('exception')}: {message}"
+        elif status not in STATUSES:
+            status, message = "sandbox_error", f"the checker said {status!r}: {message}"
         return CodeResult(False, status, v.get("exception", ""), message, v.get("test_line") or "",
                           v.get("traceback", "")[-TAIL:], **tails)
     if run.status == "timeout":
@@ -142,9 +146,10 @@ def _verdict(code: str | None, result: CodeResult | None) -> Verdict:
         status = Status.TIMEOUT
     elif result.exception == "SyntaxError" and result.status == "error":
         status = Status.UNPARSEABLE
-    elif result.status == "sandbox_error":
+    elif result.status in ("sandbox_error", "bad_problem"):
         status = Status.ERROR
-    error = "SandboxError" if status is Status.ERROR else ("Timeout" if status is Status.TIMEOUT else "")
+    error = {"sandbox_error": "SandboxError", "bad_problem": "BadProblem"}.get(result.status, "")
+    error = "Timeout" if status is Status.TIMEOUT else error
     return Verdict(result.passed, code, note_for(result), status, error, detail=result)
 
 

@@ -14,8 +14,9 @@ The process starts as the first process of fresh mount, PID, network, IPC and UT
   (HumanEval's tests, the code ladder's generator) is readable from inside.
 
 The old root is detached after the pivot, so no path leads back to it. Then the process gives its
-privileges up: host root becomes uid/gid 65534; under an unprivileged user namespace it enters a
-nested one, which holds no capability over these mounts.
+privileges up: host root becomes `spec["uid"]`, a uid and gid of its own that no other sandbox
+running beside it has (per-user tables such as RLIMIT_NPROC's process count are not shared); under
+an unprivileged user namespace it enters a nested one, which holds no capability over these mounts.
 """
 
 from __future__ import annotations
@@ -134,8 +135,9 @@ def build_root(spec: dict) -> None:
 
 def drop_privileges(m: _Mounts, spec: dict) -> None:
     if os.getuid() == 0 and not spec["in_userns"]:
+        uid = spec["uid"]
         os.setgroups([])
-        os.setresgid(65534, 65534, 65534)
-        os.setresuid(65534, 65534, 65534)  # and RLIMIT_NPROC binds: it exempts root only
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # and RLIMIT_NPROC binds: it exempts root only
     elif m.libc.unshare(CLONE_NEWUSER) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")

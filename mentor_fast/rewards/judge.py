@@ -30,6 +30,7 @@ from mentor_fast.rewards import sandbox
 from mentor_fast.rewards.sandbox import Isolation, Limits
 
 _GRACE_S = 1.0  # after the channel ended: how long the program's process may take to exit
+CHECKER_MODULES = ("wire", "decoder", "channel", "checker")  # what the checker's zygote loads
 CHECKER_BOOT = sandbox.LOADER + (
     "import os\nfrom mentor_fast.rewards import checker\n"
     "os.dup2(os.open(os.devnull, os.O_RDONLY), 0)\nchecker.zygote(int(sys.argv[1]))\n")
@@ -76,7 +77,7 @@ class _Zygote:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", CHECKER_BOOT, str(theirs.fileno())], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, env={}, cwd="/", pass_fds=(theirs.fileno(),), start_new_session=True)
-            self.proc.stdin.write(sandbox.code_blob(("wire", "channel", "checker")))
+            self.proc.stdin.write(sandbox.code_blob(CHECKER_MODULES))
             self.proc.stdin.close()
         finally:
             theirs.close()

@@ -1,35 +1,43 @@
-"""The program's side: what runs in its sandboxed process, after isolation (isolate.py).
+"""The program's side: what runs in its sandboxed process, after isolation (isolate.py, seccomp.py).
 
-`main` runs the program's top level, sends the names it defined, then answers the checker's
-requests until the checker closes the channel:
+Sandbox side (standard library only). `main` runs the program's top level, sends the names it
+defined, then answers the checker's requests until the checker closes the channel:
 
-    {"call": name, "args": [v, ...], "kwargs": [[key, v], ...]}
-        -> {"ok": v} (with "mutated": [i, ...] when arguments were changed in place)
-         | {"raise": exception} | {"refused": why}
+    {"call": name, "args": [v, ...], "kwargs": [[key, v], ...], "sync": [...], "limit": n}
+        -> {"ok": v} | {"raise": exception} | {"refused": why}, with "sync", "held", "out", "err"
     {"get": name}   -> the name's value, answered the same way
     {"run": stdin}  -> the program bound to SOURCE (rewards/program.py) run as a script on that
                        input: {"ok": what it printed}
 
-Values are plain data (wire.py); an exception is {"type", "message", "traceback"}.
+Values are plain data (wire.py, decoder.py). Mutable containers keep their identity across the
+channel: both ends number them alike (`wire.Table`). A request's "sync" brings containers the
+program holds up to date with what the tests did to them; an answer's "sync" carries what the call
+did to the containers the program was given or holds (arguments changed in place), and "held" says
+which of them the program still holds afterwards (a default argument, a global, a cache), so the
+checker keeps those in step and forgets the rest. "out"/"err" carry what the call printed, so a
+test that captures the output reads it. "limit" is the recursion depth the tests left the call
+when they set one (sys.setrecursionlimit). An exception is {"type", "base" (its nearest built-in
+class), "message", "args" (plain data, or null), "traceback"}.
 
 Nothing here is trusted once the program runs: the program can reach this module through its
 frames and replace any of it, or write on the channel itself. That buys it nothing. The checker
-parses what arrives as plain data, compares in its own process and decides alone. This process
-holds the channel's two ends and its own stdout and stderr; no test, expected value or verdict
-ever reaches it.
+parses what arrives as plain data and decides alone; whatever the program sends is what some
+program could have done. This process holds the channel's two ends and its own stdout and
+stderr; no test, expected value or verdict ever reaches it.
 """
 
 from __future__ import annotations
 
+import builtins
 import io
 import os
 import resource
 import sys
 
 from mentor_fast.rewards import wire
+from mentor_fast.rewards.decoder import Decoder
 
 _OUTPUT = 4 << 20  # characters of a script's printed output sent back
-_MUTABLE = (list, dict, set, tuple)  # a tuple may hold a list
 
 
 def main(spec_text: str, channel: list[int]) -> None:
@@ -41,6 +49,9 @@ def main(spec_text: str, channel: list[int]) -> None:
         from mentor_fast.rewards import isolate
 
         isolate.build_root(spec)
+    from mentor_fast.rewards import seccomp
+
+    seccomp.install()
     mb = 1 << 20
     for name, value in (("RLIMIT_AS", spec["memory_mb"] * mb), ("RLIMIT_CPU", spec["cpu_s"]),
                         ("RLIMIT_FSIZE", spec["file_mb"] * mb), ("RLIMIT_NPROC", spec["processes"]),
@@ -63,19 +74,30 @@ def _flush() -> None:
             pass
 
 
+def _base(t: type) -> str:
+    return next((c.__name__ for c in t.__mro__ if builtins.__dict__.get(c.__name__) is c), "BaseException")
+
+
 def exception(e: BaseException) -> str:
-    """An exception as JSON text: its type's name, its message, its traceback without this file."""
+    """An exception as JSON text (see the module docstring), its traceback without this file."""
     try:
         import traceback
 
         frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != _OWN]
         tb = "".join(traceback.format_list(frames) + traceback.format_exception_only(type(e), e))
-        info = (type(e).__name__, str(e), "Traceback (most recent call last):\n" + tb)
+        info = (type(e).__name__, _base(type(e)), str(e), "Traceback (most recent call last):\n" + tb)
     except BaseException as inner:  # noqa: BLE001 -- a __str__ that raises, a replaced module
-        info = (type(e).__name__, f"<unprintable: {type(inner).__name__}>", "")
-    name, msg, tb = (str(x) if type(x) is str else "?" for x in info)
-    return (f'{{"type":{wire.string(name[:100])},"message":{wire.string(msg[:500])},'
-            f'"traceback":{wire.string(tb[-2000:])}}}')
+        info = (type(e).__name__, _base(type(e)), f"<unprintable: {type(inner).__name__}>", "")
+    try:
+        args = BaseException.__dict__["args"].__get__(e)
+        if isinstance(e, OSError) and len(args) == 2 and (e.filename, e.filename2) != (None, None):
+            args = (*args, e.filename, None, e.filename2)  # what OSError's constructor takes back
+        args = wire.encode(args)
+    except BaseException:  # noqa: BLE001 -- arguments that are not plain data: a test that reads them is told so
+        args = "null"
+    name, base, msg, tb = (str(x) if type(x) is str else "?" for x in info)
+    return (f'{{"type":{wire.string(name[:100])},"base":{wire.string(base)},"message":{wire.string(msg[:500])},'
+            f'"args":{args if len(args) < 1 << 16 else "null"},"traceback":{wire.string(tb[-2000:])}}}')
 
 
 def _kind(value: object) -> tuple[str, str]:
@@ -86,7 +108,7 @@ def _kind(value: object) -> tuple[str, str]:
         return "class", ""
     if callable(value):
         return "call", ""
-    return ("value" if wire.is_plain(value) else "object"), ""
+    return ("value" if wire.plain_type(type(value)) else "object"), ""
 
 
 class Server:
@@ -94,6 +116,17 @@ class Server:
         self.reader, self.send_fd = wire.Reader(recv_fd), send_fd
         self.scope: dict = {"__name__": "__main__", "__builtins__": __builtins__}
         self.methods: dict[str, object] = {}  # entry points found on a `Solution` class
+        self.table = wire.Table()  # the containers that crossed and that the program holds
+        self.snaps: dict[int, str] = {}  # their contents when they last crossed (Encoder.form)
+        self.tees: dict[int, io.TextIOWrapper] = {}
+
+    def tee(self, saved, fd: int) -> io.TextIOWrapper:
+        """The stream a call prints to (kept from call to call unless the program closed it)."""
+        stream = self.tees.get(fd)
+        if stream is None or stream.closed:
+            stream = self.tees[fd] = _Tee.stream(saved, fd)
+        stream.buffer.copy.clear()
+        return stream
 
     def reply(self, **fields: str) -> None:
         _flush()  # what the program printed so far reaches the trainer before the checker moves on
@@ -121,9 +154,9 @@ class Server:
             if request is None:
                 return
             if "call" in request:
-                self.call(request["call"], request["args"], request["kwargs"])
+                self.call(request)
             elif "get" in request:
-                self.answer(lambda name=request["get"]: self.scope[name])
+                self.get(request["get"])
             elif "run" in request:
                 self.run(request["run"])
 
@@ -137,29 +170,72 @@ class Server:
             self.methods[name] = getattr(solution(), name)
         return self.methods[name]
 
-    def call(self, name: str, args_node: list, kwargs_node: list) -> None:
-        args = [wire.value(a) for a in args_node]
-        kwargs = {k: wire.value(v) for k, v in kwargs_node}
-        before = [wire.encode(a) if type(a) in _MUTABLE else None for a in args]
-        self.answer(lambda: self.resolve(name)(*args, **kwargs), args, before)
+    def _receive(self, request: dict) -> tuple[list, dict]:
+        """The request's changes applied and its arguments rebuilt, each container snapshotted."""
+        mark, dec = self.table.next, Decoder(self.table)
+        changed = [id(dec.sync(entry)) for entry in request.get("sync", ())]
+        args = [dec.value(a) for a in request.get("args", ())]
+        kwargs = {k: dec.value(v) for k, v in request.get("kwargs", ())}
+        enc = wire.Encoder(self.table)
+        for k, obj in self.table.objs.items():
+            if k >= mark or id(obj) in changed:
+                self.snaps[k] = enc.form(obj)
+        return args, kwargs
 
-    def answer(self, compute, args: list | None = None, before: list | None = None) -> None:
+    def call(self, request: dict) -> None:
+        args, kwargs = self._receive(request)
+        out = err = None
+        saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
         try:
-            result = compute()
+            fn = self.resolve(request["call"])
+            _flush()
+            out, err = self.tee(saved[0], 1), self.tee(saved[1], 2)
+            sys.stdout, sys.stderr = out, err
+            if type(request.get("limit")) is int:  # the tests' recursion limit, counted from the call
+                sys.setrecursionlimit(_depth() + request["limit"])
+            outcome = [True, fn(*args, **kwargs)]
         except BaseException as e:  # noqa: BLE001 -- the program's exception, whatever it is, goes back
-            self.reply(**{"raise": exception(e)})
-            return
+            outcome = [False, exception(e)]
+        finally:
+            sys.setrecursionlimit(saved[2])
+            printed = [_restore(out, "stdout", saved[0]), _restore(err, "stderr", saved[1])]
+        roots = [*args, *kwargs.values()]
+        del args, kwargs
+        self.answer(outcome, roots, printed)
+
+    def get(self, name: str) -> None:
         try:
-            encoded = wire.encode(result)
+            outcome = [True, self.scope[name]]
+        except BaseException as e:  # noqa: BLE001 -- the program replaced its scope's lookup
+            outcome = [False, exception(e)]
+        self.answer(outcome, [], ["", ""], top=False)
+
+    def answer(self, outcome: list, roots: list, printed: list[str], top: bool = True) -> None:
+        """Reply with the value (or exception), the changes to held containers, and which are held.
+        `outcome` is [ok, value or exception text], emptied here so that no frame holds the value."""
+        fields = {k: wire.string(v) for k, v in zip(("out", "err"), printed, strict=True) if v}
+        mark, enc = self.table.next, wire.Encoder(self.table)
+        ok, value = outcome
+        outcome.clear()
+        try:
+            if ok:
+                fields = {"ok": enc.encode(value, top=top), **fields}
+                roots.append(value)
+            else:
+                fields = {"raise": value, **fields}
+            value = None
+            sync = [f"[{k},{enc.body(obj)}]" for k, obj in list(self.table.objs.items())
+                    if k < mark and enc.form(obj) != self.snaps.get(k)]
         except BaseException as e:  # noqa: BLE001 -- Refused, or a type whose name cannot be read
-            why = str(e) if isinstance(e, wire.Refused) else type(result).__name__
+            self.table.rollback(mark)
+            why = str(e) if isinstance(e, wire.Refused) else type(e).__name__
             self.reply(refused=wire.string(str(why)[:200]))
             return
-        changed = [str(i) for i, (a, b) in enumerate(zip(args or (), before or ())) if b is not None and _changed(a, b)]
-        if changed:
-            self.reply(ok=encoded, mutated=f"[{','.join(changed)}]")
-        else:
-            self.reply(ok=encoded)
+        held = retained(self.table, roots)
+        del roots
+        self.table.keep(held)
+        self.snaps = {k: enc.form(obj) for k, obj in self.table.objs.items()}
+        self.reply(**fields, sync=f"[{','.join(sync)}]", held=f"[{','.join(map(str, held))}]")
 
     def run(self, stdin: str) -> None:
         """The stdio program on `stdin`: its printed output, as the old in-process tests ran it."""
@@ -188,11 +264,109 @@ class Server:
         self.reply(ok=wire.string(printed))
 
 
-def _changed(arg: object, before: str) -> bool:
-    try:
-        return wire.encode(arg) != before
-    except wire.Refused:
+def _depth() -> int:
+    frame, n = sys._getframe(1), 0
+    while frame is not None:
+        frame, n = frame.f_back, n + 1
+    return n
+
+
+class _Tee(io.RawIOBase):
+    """A call's stdout or stderr: written through to the process's own stream at once (the trainer's
+    tails keep it, even when the call then crashes), and kept to send back with the answer."""
+
+    def __init__(self, fd: int):
+        self.fd, self.copy = fd, bytearray()
+
+    @classmethod
+    def stream(cls, saved, fd: int) -> io.TextIOWrapper:
+        try:
+            fd = saved.fileno()
+        except BaseException:  # noqa: BLE001, S110 -- the program replaced the stream: the descriptor it had
+            pass
+        return io.TextIOWrapper(cls(fd), encoding="utf-8", errors="replace", write_through=True)
+
+    def writable(self) -> bool:
         return True
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        if len(self.copy) < _OUTPUT:
+            self.copy += data[: _OUTPUT - len(self.copy)]
+        try:
+            wire.send(self.fd, data)
+        except OSError:  # the stream is closed: what it printed still goes back to the tests
+            pass
+        return len(data)
+
+
+def _restore(capture, name: str, saved) -> str:
+    """Put the stream back (unless the program replaced it itself); returns what the call printed."""
+    if capture is None:
+        return ""
+    if getattr(sys, name) is capture:
+        setattr(sys, name, saved)
+    try:
+        capture.flush()
+        return capture.buffer.copy.decode("utf-8", "replace")
+    except BaseException:  # noqa: BLE001 -- the program closed or replaced what it was given
+        return ""
+
+
+_CHILDREN = (list, tuple, set, frozenset, dict)
+
+
+def _children(obj: object):
+    if isinstance(obj, dict):
+        for k, v in dict.items(obj):
+            yield k
+            yield v
+    elif isinstance(obj, _CHILDREN) or type(obj).__name__ == "deque":
+        yield from obj
+
+
+def retained(table: wire.Table, roots: list) -> list[int]:
+    """The numbers of the containers the program still holds after a call, in order.
+
+    A container is held when something other than this bookkeeping refers to it (the program's
+    globals, a default argument, a cache, a closure), or when a held container contains it. The
+    bookkeeping's references are counted exactly: the table's, `roots`' (the call's arguments and
+    its result), one per occurrence inside another container reached here, and this function's
+    own (the `nodes` dict, the loop variable, getrefcount's argument)."""
+    nodes: dict[int, object] = {}
+    edges: dict[int, int] = {}
+    for r in roots:
+        edges[id(r)] = edges.get(id(r), 0) + 1
+    r = None
+    todo = [*roots, *table.objs.values()]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in nodes or not (isinstance(obj, _CHILDREN) or type(obj).__name__ == "deque"):
+            continue
+        nodes[id(obj)] = obj
+        for child in _children(obj):
+            if isinstance(child, _CHILDREN) or type(child).__name__ == "deque":
+                edges[id(child)] = edges.get(id(child), 0) + 1
+                todo.append(child)
+        child = None
+    obj = None
+    held: set[int] = set()
+    for key in nodes:  # noqa: PLC0206 -- not .items(): its iterator keeps the last pair, a reference of its own
+        node = nodes[key]
+        own = 3 + edges.get(key, 0) + (key in table.ids)  # nodes, `node`, getrefcount's argument
+        if sys.getrefcount(node) > own and key not in held:
+            _mark(node, held)
+    node = None
+    return sorted(table.ids[key] for key in held if key in table.ids)
+
+
+def _mark(obj: object, held: set[int]) -> None:
+    todo = [obj]
+    while todo:
+        obj = todo.pop()
+        if id(obj) not in held:
+            held.add(id(obj))
+            todo.extend(c for c in _children(obj) if isinstance(c, _CHILDREN) or type(c).__name__ == "deque")
 
 
 _OWN = Server.serve.__code__.co_filename

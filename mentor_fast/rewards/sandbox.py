@@ -9,9 +9,14 @@ Isolation (`unshare` from util-linux, detected at start; `Isolation.NONE` only w
   system directories read-only, and nothing else: no checkout, no virtual environment, no
   site-packages (so no dataset a package ships), no home. /tmp and /dev/shm are fresh tmpfs
   mounts of the namespace; the program runs in WORKDIR there.
-- Privileges: after the mounts the process gives its privileges up: as host root it becomes
-  uid/gid 65534; under an unprivileged user namespace it enters a nested one. Either way it holds
-  no capability over the mounts, and RLIMIT_NPROC counts against a uid that is not root's.
+- Privileges: after the mounts the process gives its privileges up: as host root it becomes a
+  uid/gid drawn at random for this program alone (from 2**20 up: no account's, and no other
+  sandbox's beside it, so per-user tables such as RLIMIT_NPROC's count are its own); under an
+  unprivileged user namespace it enters a nested one. Either way it holds no capability over the
+  mounts, and RLIMIT_NPROC counts against a uid that is not root's.
+- System calls (seccomp.py): those whose state crosses namespaces (file locks on the files every
+  sandbox shows, inotify, leases, keyrings, io_uring) do nothing or fail, so programs running side
+  by side cannot signal each other through them.
 - Environment: empty. Limits (rlimits): address space, CPU seconds, file size, processes, open
   files. Output: each stream is read up to a cap; past it the program is killed (judge.py).
 - Timeout: wall clock; the whole namespace is killed (SIGKILL) when it runs out (judge.py).
@@ -27,6 +32,7 @@ import glob
 import json
 import marshal
 import os
+import secrets
 import select
 import shutil
 import site
@@ -41,6 +47,7 @@ from pathlib import Path
 from mentor_fast.compat import StrEnum
 
 WORKDIR = "/tmp/work"  # inside the namespace, on its own tmpfs
+_UIDS, _UIDS_SPAN = 1 << 20, (1 << 31) - (1 << 20)  # a sandbox's uid as host root: above any account's
 MARKER = "mentor-fast-sandbox"  # in every sandboxed program's command line (what a leak check looks for)
 
 
@@ -88,6 +95,9 @@ _, _rights, _, _ = _stdin.recvmsg(1, _socket.CMSG_SPACE(8))
 _stdin.detach()
 _fds = [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for _, _, d in _rights for i in range(0, len(d) - 3, 4)]
 ''' + LOADER + "from mentor_fast.rewards import runner\nrunner.main(sys.argv[1], _fds)\n"
+
+
+RUNNER_MODULES = ("wire", "decoder", "isolate", "seccomp", "runner")  # what the program's process loads
 
 
 @cache
@@ -156,7 +166,7 @@ def start(program: str, limits: Limits, prefix: list[str], userns: bool, recv_fd
     spec = {"memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s, "file_mb": limits.file_mb,
             "processes": limits.processes, "open_files": limits.open_files, "isolate": bool(prefix),
             "in_userns": userns, "workdir": WORKDIR, "hide": list(hidden_paths()) if prefix else [],
-            "marker": MARKER}
+            "marker": MARKER, "uid": _UIDS + secrets.randbelow(_UIDS_SPAN)}
     ours, theirs = socket.socketpair()
     try:
         proc = subprocess.Popen(
@@ -168,7 +178,7 @@ def start(program: str, limits: Limits, prefix: list[str], userns: bool, recv_fd
         theirs.close()
     try:
         socket.send_fds(ours, [b"c"], [recv_fd, send_fd])
-        ours.sendall(code_blob(("wire", "isolate", "runner")) + program.encode("utf-8", "surrogatepass"))
+        ours.sendall(code_blob(RUNNER_MODULES) + program.encode("utf-8", "surrogatepass"))
         ours.shutdown(socket.SHUT_WR)
     except OSError:  # it died at start: the caller sees it exit
         pass

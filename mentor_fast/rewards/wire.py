@@ -1,40 +1,54 @@
 """Plain data between a program's process and its checker: the one encoding both ends speak.
 
+Sandbox side and checker side alike: both processes load this file (the checker as a module, the
+sandbox from its compiled code, rewards/sandbox.py), so it imports the standard library only.
+
 A value travels as JSON text. None, bool, int, float and str are JSON's own literals; anything
 else is a two-element array [tag, payload]:
 
-    ["i", "-1f"]          an int at or beyond 2**63, in hex
-    ["b", "00ff"]         bytes, in hex
-    ["l", [...]]  ["t", [...]]  ["s", [...]]  ["f", [...]]   list, tuple, set, frozenset
-    ["d", [[key, value], ...]]                               dict
+    ["i", "-1f"]  an int at or beyond 2**63, in hex      ["b", "00ff"]  bytes, in hex ("" is b"")
+    ["c", [re, im]]  complex                              ["R", [start, stop, step]]  range
+    ["F", [num, den]]  fractions.Fraction                 ["M", "1.10"]  decimal.Decimal
+    ["t", [...]]  ["f", [...]]  tuple, frozenset          ["n", [typename, [field, ...], [...]]]  a namedtuple
+    ["g", [...]]  an iterator (a generator, map, zip...), its items drawn by the sender
+    ["l", [...]]  ["s", [...]]  ["d", [[key, value], ...]]  ["x", "00ff"]   list, set, dict, bytearray
+    ["q", [maxlen, [...]]]  ["O", pairs]  ["C", pairs]  ["D", [factory, pairs]]  deque, OrderedDict,
+                                                          Counter, defaultdict (factory: a builtin type's name)
+    ["r", k]      the mutable container numbered k (see Table)
 
-`encode` takes the exact built-in types only: a subclass of int, an object whose __eq__ says True,
-a generator, a proxy... is `Refused` by its type's name. `value` rebuilds exact built-in types from
-a parsed frame and raises `Malformed` on anything else (a JSON object where a value should be, an
-unknown tag, an unhashable key, nesting past MAX_DEPTH), so whatever the other end sends, the
-receiver ends up holding nothing but its own plain objects; no code of the sender runs.
+Mutable containers keep their identity across the channel: each side numbers them in the order
+they first cross (`Table`), and a container that crosses again, or twice in one value, travels as
+["r", k]. So `[[0] * 3] * 3` arrives with its three rows one object, a function that returns its
+argument returns the caller's own object, and a container changed in place can be brought up to
+date on the other side (runner.py, channel.py). Tuples and the other immutable values carry no
+identity.
 
-Messages are one JSON object per line (`message`, `Reader`), at most MAX_FRAME bytes of ASCII.
+`Encoder` takes the exact types above only: a subclass (other than a namedtuple), an object whose
+__eq__ says True, a function... is `Refused` by its type's name. `Decoder` rebuilds exact types
+from a parsed frame and raises `Malformed` on anything else (a JSON object where a value should be,
+an unknown tag, an unhashable key, a reference to a container the sender does not hold, nesting
+past MAX_DEPTH), so the receiver ends up holding its own objects; no code of the sender runs.
 
-Both processes load this file: the checker as a module, the sandbox from its compiled code
-(rewards/sandbox.py), since the sandbox may not see the checkout. It uses the standard library
-only, and parses with CPython's JSON accelerator `_json` directly: importing the `json` package
-costs an interpreter about 10 ms at start.
+Messages are one JSON object per line (`message`, `Reader`), at most MAX_FRAME bytes of ASCII. It
+parses with CPython's JSON accelerator `_json` directly: importing the `json` package costs an
+interpreter about 10 ms at start.
 """
 
 from __future__ import annotations
 
+import builtins
 import math
 import os
 import sys
 
 MAX_FRAME = 16 << 20  # bytes in one message
 MAX_DEPTH = 100  # nested containers in one value
-MAX_HEX = 1 << 16  # hex digits of one big int or one bytes value (32 KiB)
+MAX_HEX = 1 << 16  # hex digits of one big int (a long decimal or hex int costs the parser more than linear time)
+MAX_ITEMS = 1 << 20  # items drawn from one iterator
 _BIG = 1 << 63
-_PLAIN = (type(None), bool, int, float, str, bytes, list, tuple, set, frozenset, dict)
-_TAGS = {"l": list, "t": tuple, "s": set, "f": frozenset}
 _CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_FACTORIES = ("int", "float", "complex", "str", "bytes", "bool", "list", "tuple", "set", "frozenset", "dict")
+_SCALARS = (type(None), bool, int, float, str)
 
 
 class Refused(Exception):
@@ -79,42 +93,186 @@ def string(text: str) -> str:
     return _string(text)
 
 
-def is_plain(x: object) -> bool:
-    return type(x) in _PLAIN
+class Table:
+    """The mutable containers that have crossed, numbered in the order they first crossed; both ends
+    keep one and number alike. Entries that the program no longer holds are dropped (`keep`)."""
+
+    __slots__ = ("ids", "next", "objs")
+
+    def __init__(self) -> None:
+        self.objs: dict[int, object] = {}
+        self.ids: dict[int, int] = {}  # id(obj) -> its number; objs holds obj, so the id stays its own
+        self.next = 0
+
+    def add(self, obj: object) -> int:
+        k = self.next
+        self.next += 1
+        self.objs[k] = obj
+        self.ids[id(obj)] = k
+        return k
+
+    def keep(self, numbers) -> None:
+        """Forget every container but `numbers`."""
+        keep = set(numbers)
+        for k in [k for k in self.objs if k not in keep]:
+            del self.ids[id(self.objs.pop(k))]
+
+    def rollback(self, mark: int) -> None:
+        """Forget the containers numbered from `mark` on (an answer that could not be sent)."""
+        for k in range(mark, self.next):
+            obj = self.objs.pop(k, None)
+            if obj is not None:
+                del self.ids[id(obj)]
+        self.next = mark
 
 
-def encode(value: object, depth: int = 0) -> str:
-    """`value` as JSON text, or Refused when it (or anything inside it) is not plain data."""
-    t = type(value)
-    if value is None:
-        return "null"
-    if t is bool:
-        return "true" if value else "false"
-    if t is int:
-        return int.__repr__(value) if -_BIG < value < _BIG else _hex("i", format(value, "x"))
-    if t is float:
-        if value - value == 0:
-            return float.__repr__(value)
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    if t is str:
-        return _string(value)
-    if t is bytes:
-        return _hex("b", value.hex())
-    if depth >= MAX_DEPTH:
-        raise Refused(f"a value nested deeper than {MAX_DEPTH}")
-    if t is dict:
-        items = ",".join(f"[{encode(k, depth + 1)},{encode(v, depth + 1)}]" for k, v in dict.items(value))
-        return f'["d",[{items}]]'
-    tag = {list: "l", tuple: "t", set: "s", frozenset: "f"}.get(t)
-    if tag is None:
-        raise Refused(f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__)
-    return f'["{tag}",[{",".join(encode(x, depth + 1) for x in value)}]]'
+def _mutable_tags() -> dict[type, str]:
+    tags = {list: "l", set: "s", dict: "d", bytearray: "x"}
+    coll = sys.modules.get("collections")  # a program that never imported it holds none of these
+    if coll is not None:
+        tags.update({coll.deque: "q", coll.OrderedDict: "O", coll.Counter: "C", coll.defaultdict: "D"})
+    return tags
 
 
-def _hex(tag: str, digits: str) -> str:
-    if len(digits) > MAX_HEX:
-        raise Refused(f"an int or bytes over {MAX_HEX} hex digits")
+def plain_type(t: type) -> bool:
+    """Whether values of type `t` can cross (their contents may still not)."""
+    if t in _SCALARS or t in (bytes, complex, range, tuple, frozenset) or t in _mutable_tags() or _is_namedtuple(t):
+        return True
+    fractions, decimal = sys.modules.get("fractions"), sys.modules.get("decimal")
+    return (fractions is not None and t is fractions.Fraction) or (decimal is not None and t is decimal.Decimal)
+
+
+def _is_namedtuple(t: type) -> bool:
+    fields = t.__dict__.get("_fields")
+    return t.__bases__ == (tuple,) and type(fields) is tuple and all(type(f) is str for f in fields)
+
+
+def _is_iterator(value: object) -> bool:
+    try:
+        return hasattr(type(value), "__next__") and iter(value) is value
+    except BaseException:  # noqa: BLE001 -- an __iter__ that raises: not data
+        return False
+
+
+class Encoder:
+    """Values -> JSON text, numbering mutable containers in `table`. With define=False (a snapshot
+    to compare), a container not yet numbered is written "?" and numbered nowhere. Iterators are
+    drawn (and so used up) only at the top of a value: `top=True`."""
+
+    def __init__(self, table: Table | None = None, define: bool = True):
+        self.table = table if table is not None else Table()
+        self.define = define
+        self.tags = _mutable_tags()
+
+    def encode(self, value: object, top: bool = False) -> str:
+        if top and _is_iterator(value):
+            items = []
+            for item in value:
+                if len(items) >= MAX_ITEMS:
+                    raise Refused(f"an iterator of more than {MAX_ITEMS} items")
+                items.append(item)
+            return f'["g",[{",".join(self._enc(x, 1) for x in items)}]]'
+        return self._enc(value, 0)
+
+    def body(self, obj: object) -> str:
+        """A numbered container's tag and contents, as a definition reads: ["l", [...]]."""
+        return self._container(obj, self.tags[type(obj)], 0)
+
+    def form(self, obj: object) -> str:
+        """The contents of numbered container `obj` with every container in it as a reference (or "?")."""
+        saved, self.define = self.define, False
+        try:
+            return self._container(obj, self.tags[type(obj)], 0)
+        finally:
+            self.define = saved
+
+    def _enc(self, v: object, depth: int) -> str:
+        t = type(v)
+        if v is None:
+            return "null"
+        if t is bool:
+            return "true" if v else "false"
+        if t is int:
+            return int.__repr__(v) if -_BIG < v < _BIG else _hex("i", format(v, "x"), MAX_HEX)
+        if t is float:
+            return _float(v)
+        if t is str:
+            return _string(v)
+        if t is bytes:
+            return _hex("b", v.hex(), MAX_FRAME)
+        if depth >= MAX_DEPTH:
+            raise Refused(f"a value nested deeper than {MAX_DEPTH}")
+        tag = self.tags.get(t)
+        if tag is not None:
+            k = self.table.ids.get(id(v))
+            if k is not None:
+                return f'["r",{k}]'
+            if not self.define:
+                return '"?"'
+            self.table.add(v)
+            return self._container(v, tag, depth)
+        if t is tuple or t is frozenset:
+            return f'["{"t" if t is tuple else "f"}",[{",".join(self._enc(x, depth + 1) for x in v)}]]'
+        return self._other(v, t, depth)
+
+    def _container(self, v, tag: str, depth: int) -> str:
+        enc = self._enc
+        if tag in ("l", "s"):
+            return f'["{tag}",[{",".join(enc(x, depth + 1) for x in v)}]]'
+        if tag == "x":
+            return _hex("x", bytes(v).hex(), MAX_FRAME)
+        if tag == "q":
+            items = ",".join(enc(x, depth + 1) for x in v)
+            return f'["q",[{"null" if v.maxlen is None else v.maxlen},[{items}]]]'
+        pairs = ",".join(f"[{enc(k, depth + 1)},{enc(x, depth + 1)}]" for k, x in dict.items(v))
+        if tag == "D":
+            factory = v.default_factory
+            if factory is not None and not (factory in map(builtins.__dict__.get, _FACTORIES)):
+                raise Refused(f"a defaultdict whose default_factory is {_name(type(factory))}, not a builtin type")
+            return f'["D",[{"null" if factory is None else _string(factory.__name__)},[{pairs}]]]'
+        return f'["{tag}",[{pairs}]]'
+
+    def _other(self, v: object, t: type, depth: int) -> str:
+        if t is complex:
+            return f'["c",[{_float(v.real)},{_float(v.imag)}]]'
+        if t is range:
+            return f'["R",[{self._enc(v.start, depth)},{self._enc(v.stop, depth)},{self._enc(v.step, depth)}]]'
+        if _is_namedtuple(t):
+            items = ",".join(self._enc(x, depth + 1) for x in tuple.__iter__(v))
+            fields = ",".join(map(_string, t._fields))
+            return f'["n",[{_string(t.__name__)},[{fields}],[{items}]]]'
+        fractions, decimal = sys.modules.get("fractions"), sys.modules.get("decimal")
+        if fractions is not None and t is fractions.Fraction:
+            return f'["F",[{self._enc(v.numerator, depth)},{self._enc(v.denominator, depth)}]]'
+        if decimal is not None and t is decimal.Decimal:
+            text = decimal.Decimal.__str__(v)
+            if len(text) > MAX_HEX:
+                raise Refused(f"a Decimal over {MAX_HEX} characters")
+            return f'["M",{_string(text)}]'
+        raise Refused("an iterator inside a value (only a value that is itself an iterator is drawn)"
+                      if _is_iterator(v) else _name(t))
+
+
+def _name(t: type) -> str:
+    module, name = getattr(t, "__module__", "?"), getattr(t, "__qualname__", "?")
+    return name if module == "builtins" else f"{module}.{name}"
+
+
+def _float(v: float) -> str:
+    if v - v == 0:
+        return float.__repr__(v)
+    return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+
+
+def _hex(tag: str, digits: str, cap: int) -> str:
+    if len(digits) > cap:
+        raise Refused(f"an int or bytes over {cap} hex digits")
     return f'["{tag}","{digits}"]'
+
+
+def encode(value: object) -> str:
+    """`value` as JSON text with no identity kept across values; Refused when it is not plain data."""
+    return Encoder().encode(value)
 
 
 def parse(text: str) -> object:
@@ -126,52 +284,6 @@ def parse(text: str) -> object:
     if end != len(text):
         raise Malformed(f"extra data after character {end}")
     return node
-
-
-def value(node: object, depth: int = 0) -> object:
-    """A parsed value (see `parse`) -> the plain data it encodes, built of exact built-in types."""
-    t = type(node)
-    if node is None or t is bool or t is int or t is float or t is str:
-        return node  # the parser's own objects
-    if t is not list or len(node) != 2 or type(node[0]) is not str:
-        raise Malformed(f"a {t.__name__} where a value should be")
-    if depth >= MAX_DEPTH:
-        raise Malformed(f"a value nested deeper than {MAX_DEPTH}")
-    tag, body = node
-    if tag in ("i", "b"):
-        return _unhex(tag, body)
-    if type(body) is not list:
-        raise Malformed(f"tag {tag!r} with a {type(body).__name__} body")
-    if tag == "d":
-        out: dict = {}
-        for pair in body:
-            if type(pair) is not list or len(pair) != 2:
-                raise Malformed("a dict entry that is not a [key, value] pair")
-            key = value(pair[0], depth + 1)
-            try:
-                out[key] = value(pair[1], depth + 1)
-            except TypeError:
-                raise Malformed(f"an unhashable dict key ({type(key).__name__})") from None
-        return out
-    kind = _TAGS.get(tag)
-    if kind is None:
-        raise Malformed(f"unknown tag {tag[:20]!r}")
-    items = [value(x, depth + 1) for x in body]
-    try:
-        return items if kind is list else kind(items)
-    except TypeError:
-        raise Malformed(f"an unhashable element in a {kind.__name__}") from None
-
-
-def _unhex(tag: str, body: object) -> int | bytes:
-    digits = body[1:] if type(body) is str and body[:1] == "-" and tag == "i" else body
-    if type(digits) is not str or not digits or len(digits) > MAX_HEX or digits.strip("0123456789abcdef"):
-        raise Malformed(f"tag {tag!r} needs lowercase hex digits")
-    if tag == "i":
-        return int(body, 16)
-    if len(digits) % 2:
-        raise Malformed("bytes with an odd number of hex digits")
-    return bytes.fromhex(digits)
 
 
 def message(**fields: str) -> bytes:
