@@ -26,7 +26,7 @@ from .objective import (
     token_grads,
     token_objective,
 )
-from .options import GRPOLossOutput, GRPOOptions, chunk_rows, launch_device, resolve_backend, row_grid
+from .options import GRPOLossOutput, GRPOOptions, chunk_rows, is_one, launch_device, resolve_backend, row_grid
 
 # constexpr codes of the row kernel (triton_rows.py); gspo runs the clip code on a given g
 _KL_CODE = {KLEstimator.K1: 1, KLEstimator.K2: 2, KLEstimator.K3: 3}
@@ -179,7 +179,7 @@ class _LogitsGRPOFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         dz, ctx.dz = ctx.dz, None
-        if dz is not None and not torch.equal(grad_out, torch.ones_like(grad_out)):
+        if dz is not None and not is_one(grad_out):
             dz = dz.mul_(grad_out.to(dz.dtype))
         return dz, None
 

@@ -27,7 +27,7 @@ from .objective import (
     summarize,
     token_grads,
 )
-from .options import GRPOLossOutput, GRPOOptions, chunk_rows, resolve_backend
+from .options import GRPOLossOutput, GRPOOptions, chunk_rows, is_one, resolve_backend
 
 
 def grpo_loss_ref(hidden, weight, targets, old_logp, advantages=None, token_weights=None, *,
@@ -182,7 +182,7 @@ class _FusedGRPOFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         dh, dw = ctx.grads
         ctx.grads = [None, None]
-        one = torch.equal(grad_out, torch.ones_like(grad_out))
+        one = is_one(grad_out)
         out = []
         for g, dt in zip((dh, dw), ctx.dtypes):
             if g is not None and not one:

@@ -167,3 +167,11 @@ def row_grid(n_rows: int, device: torch.device) -> tuple[int]:
         return (max(1, min(n_rows, 4)),)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     return (max(1, min(n_rows, 8 * sms)),)
+
+
+def is_one(grad_out: torch.Tensor) -> bool:
+    """Whether backward's incoming gradient is known to be 1 without waiting for the device: on the CPU
+    it is read (skipping a multiply of dW, 100+ MB, is worth it there); on a GPU it is not (reading it
+    would stall the host once per micro-batch), so the gradients are always scaled, a bandwidth-bound
+    multiply well under a millisecond."""
+    return not grad_out.is_cuda and bool(torch.equal(grad_out, torch.ones_like(grad_out)))
