@@ -1,22 +1,25 @@
 #!/usr/bin/env python
-"""The code reward's costs: today's two processes against the single sandboxed process before them,
-measured in the same run, alternating.
+"""The code reward's costs: this checkout's sandbox and checker against a base checkout's, measured in
+the same run, alternating.
 
-    .venv/bin/python benchmarks/code_bench.py [--rounds 30] [--he-rounds 3] [--before 9201d24]
+    git worktree add /tmp/base 53203c9      # the checkout to compare against (any commit with run_tests)
+    .venv/bin/python benchmarks/code_bench.py --base /tmp/base [--rounds 30] [--he-rounds 3]
                                               [--out benchmarks/results/code_cpu.jsonl]
 
-- start cost: one program at a time, `pass` with tests `pass`, in rotating rounds of four: a bare
-  `python3 -c pass`, the interpreter's floor `python3 -I -S -c pass`, the sandbox before the
-  checker existed (program and tests in one sandboxed process; its sandbox.py read from git at
-  --before) and today's path (the sandboxed program, and a checker forked by the zygote); medians.
-  The target: today's at most 1.5x the one before.
-- humaneval: the 164 canonical solutions and the 164 `return None` stubs, one per core, the path
-  before and today's (the prompt as the checker's setup) alternating, --he-rounds rounds of each;
-  median programs/s. Every canonical solution must pass, no stub. Today's path also counts the
-  tests that needed the program's objects (needs_objects), the programs whose calls changed an
-  argument in place, and the calls.
+Both sides run in worker subprocesses of the same shape (this file's WORKER, importing mentor_fast
+from its checkout), so neither pays for the other's imports, and the rounds alternate which goes
+first.
+
+- start cost: one program at a time, `pass` with tests `pass`, today's and the base's in rotating
+  rounds with a bare `python3 -c pass` and the interpreter's floor `python3 -I -S -c pass`; medians.
+  The target: today's at most 1.3x the base's.
+- calls: one program answering 300 calls on a 100-item list (the channel's cost per call).
+- humaneval: the 164 canonical solutions and the 164 `return None` stubs (the prompt as the
+  checker's setup), one per core; median programs/s. Every canonical solution must pass, no stub.
+- humaneval detail: the same programs through today's path, with the statuses, the calls, and the
+  programs whose calls changed an argument in place (it comes back changed).
 - ladder: every code-ladder level's references and `return None` stubs through today's path (the
-  repo's MBPP-style data: plain asserts), with the same counts.
+  repo's MBPP-style data: plain asserts), with their statuses.
 - reward step: the code verifier's `check` on 4 ladder problems x 8 completions (the references,
   wrong programs, a syntax error, a program with no code and an infinite loop that hits the
   timeout), timed as the trainer's reward stage would see it.
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
 import os
 import platform
@@ -44,103 +46,147 @@ from mentor_fast.bench import versions
 from mentor_fast.config import CodeRewardConfig, DataConfig
 from mentor_fast.data.code_ladder import LEVELS, CodeLadder
 from mentor_fast.data.code_sources import humaneval_problems
-from mentor_fast.rewards.code import CodeVerifier, classify, run_tests
+from mentor_fast.rewards.code import CodeVerifier, Job, classify, run_many
 from mentor_fast.rewards.judge import judge
 from mentor_fast.rewards.program import assemble_program
 from mentor_fast.rewards.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
+CALLS = "xs = list(range(100))\nfor _ in range(300):\n    assert f(xs) == 4950\n"
+
+# One side of the comparison: mentor_fast imported from the checkout in argv[1]; a JSON command per
+# line on stdin, its timing and counts per line on stdout.
+WORKER = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from mentor_fast.rewards.code import Job, run_many, run_tests
+from mentor_fast.data.code_sources import humaneval_problems
+from mentor_fast.rewards.program import assemble_program
+run_tests("pass", "pass", 10.0)  # the checker's zygote starts once per trainer, not per program
+problems = humaneval_problems()
+jobs = [Job(p.code.solution, p.code.tests, p.code.entry_point, p.code.prompt) for p in problems]
+jobs += [Job(assemble_program("    return None\n", p.code), p.code.tests, p.code.entry_point, p.code.prompt)
+         for p in problems]
+for line in sys.stdin:
+    cmd = json.loads(line)
+    t0 = time.perf_counter()
+    if cmd["op"] == "humaneval":
+        results = run_many(jobs, 20.0, workers=cmd["workers"])
+        out = {"canonical": sum(r.passed for r in results[:164]), "return_none": sum(r.passed for r in results[164:])}
+    else:
+        r = run_tests(cmd["program"], cmd["tests"], 20.0)
+        out = {"passed": r.passed, "status": r.status}
+    print(json.dumps({**out, "s": time.perf_counter() - t0}), flush=True)
+'''
 
 
-def load_before(rev: str):
-    """rewards/sandbox.py as it was at `rev`: program and tests ran in one sandboxed process."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:mentor_fast/rewards/sandbox.py"],
-                            check=True, capture_output=True, text=True).stdout
-    spec = importlib.util.spec_from_loader("sandbox_before", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sandbox_before"] = module
-    exec(compile(source, f"{rev}:mentor_fast/rewards/sandbox.py", "exec"), module.__dict__)  # noqa: S102
-    return module
+class Side:
+    """A worker subprocess for one checkout."""
+
+    def __init__(self, checkout: Path):
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(checkout)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=checkout)
+
+    def ask(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
-def start_cost(before, rounds: int) -> dict:
-    commands = {"bare": [sys.executable, "-c", "pass"], "floor": [sys.executable, "-I", "-S", "-c", "pass"]}
-    run_tests("pass", "pass", timeout_s=10.0)  # the zygote's own start, once per trainer, is not a program's
-    times: dict[str, list[float]] = {"bare": [], "floor": [], "before": [], "today": []}
-    order = list(times)
+def _alternate(sides: dict[str, Side], rounds: int, measure) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    order = list(sides)
     for i in range(rounds):
-        for which in order[i % 4:] + order[:i % 4]:
+        for which in order[i % len(order):] + order[:i % len(order)]:
+            times[which].append(measure(which, sides[which]))
+    return times
+
+
+def start_cost(sides: dict[str, Side], rounds: int) -> dict:
+    commands = {"bare": [sys.executable, "-c", "pass"], "floor": [sys.executable, "-I", "-S", "-c", "pass"]}
+
+    def measure(which, side):
+        if side is None:
             t0 = time.perf_counter()
-            if which == "before":
-                r = before.run_python("pass", "pass", 10.0)
-                assert r.report and r.report.get("passed"), r
-            elif which == "today":
-                assert run_tests("pass", "pass", timeout_s=10.0).passed
-            else:
-                subprocess.run(commands[which], check=True)
-            times[which].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {"rounds": rounds, **{f"{k}_median_s": v for k, v in med.items()},
-            "ratio_today_vs_before": med["today"] / med["before"], "ratio_today_vs_bare": med["today"] / med["bare"],
-            "target_ratio_today_vs_before": 1.5}
+            subprocess.run(commands[which], check=True)
+            return time.perf_counter() - t0
+        out = side.ask(op="run", program="pass", tests="pass")
+        assert out["passed"], (which, out)
+        return out["s"]
+
+    med = {k: statistics.median(v) for k, v in _alternate({**sides, "bare": None, "floor": None}, rounds,
+                                                           measure).items()}
+    row = {"rounds": rounds, **{f"{k}_median_s": v for k, v in med.items()}, "target_ratio_today_vs_base": 1.3}
+    if "base" in med:
+        row["ratio_today_vs_base"] = med["today"] / med["base"]
+    return row
 
 
-def _today(jobs: list[tuple[str, str, str, str]], workers: int) -> list:
-    def one(job):
-        run = judge(job[0], job[1], 20.0, Limits(), entry_point=job[2], setup=job[3])
-        return classify(run), run.verdict or {}
+def calls_cost(sides: dict[str, Side], rounds: int) -> dict:
+    program = "def f(xs):\n    return sum(xs)\n"
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, jobs))
+    def measure(which, side):
+        out = side.ask(op="run", program=program, tests=CALLS)
+        assert out["passed"], (which, out)
+        return out["s"]
 
-
-def _before(before, jobs: list[tuple[str, str]], workers: int) -> list[bool]:
-    def one(job):
-        r = before.run_python(job[0], job[1], 20.0)
-        return bool(r.status == "finished" and r.report and r.report.get("passed"))
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, jobs))
+    med = {k: statistics.median(v) for k, v in _alternate(sides, rounds, measure).items()}
+    row = {"calls_per_program": 300, **{f"{k}_median_s": v for k, v in med.items()}}
+    if "base" in med:
+        row["ratio_today_vs_base"] = med["today"] / med["base"]
+    return row
 
 
-def _counts(out: list) -> dict:
-    return {"passed": sum(r.passed for r, _ in out), "statuses": dict(collections.Counter(r.status for r, _ in out)),
-            "needs_objects": sum(r.status == "needs_objects" for r, _ in out),
-            "programs_changing_an_argument": sum(v.get("mutated", 0) > 0 for _, v in out),
-            "calls": sum(v.get("calls", 0) for _, v in out)}
+def humaneval(sides: dict[str, Side], rounds: int, workers: int) -> dict:
+    def measure(which, side):
+        out = side.ask(op="humaneval", workers=workers)
+        assert (out["canonical"], out["return_none"]) == (164, 0), (which, out)
+        return out["s"]
+
+    rates = {k: [328 / s for s in v] for k, v in _alternate(sides, rounds, measure).items()}
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    row = {"programs_per_round": 328, "rounds": rounds, "workers": workers, "canonical_passed": 164,
+           "return_none_passed": 0, **{f"{k}_programs_per_s": v for k, v in med.items()}}
+    if "base" in med:
+        row["cost_ratio_today_vs_base"] = med["base"] / med["today"]
+    return row
 
 
-def humaneval(before, rounds: int, workers: int) -> dict:
+def _statuses(results: list) -> dict:
+    return {"passed": sum(r.passed for r in results), "statuses": dict(collections.Counter(r.status for r in results))}
+
+
+def humaneval_detail(workers: int) -> dict:
+    """Today's path on HumanEval with the checker's own counts: calls, and the programs whose calls
+    changed a container they were given (what comes back changed)."""
     problems = humaneval_problems()
     stub = [assemble_program("    return None\n", p.code) for p in problems]
-    today = {"canonical": [(p.code.solution, p.code.tests, p.code.entry_point, p.code.prompt) for p in problems],
-             "return_none": [(s, p.code.tests, p.code.entry_point, p.code.prompt) for s, p in zip(stub, problems)]}
-    rates: dict[str, list[float]] = {"before": [], "today": []}
-    counts = {}
-    for i in range(rounds):
-        for which in (("before", "today") if i % 2 == 0 else ("today", "before")):
-            t0 = time.perf_counter()
-            if which == "before":
-                ok = [_before(before, [j[:2] for j in today[k]], workers) for k in today]
-                assert sum(ok[0]) == 164 and sum(ok[1]) == 0, (sum(ok[0]), sum(ok[1]))
-            else:
-                out = {k: _today(jobs, workers) for k, jobs in today.items()}
-                counts = {k: _counts(v) for k, v in out.items()}
-                assert counts["canonical"]["passed"] == 164 and counts["return_none"]["passed"] == 0, counts
-            rates[which].append(2 * len(problems) / (time.perf_counter() - t0))
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    return {"programs_per_round": 2 * len(problems), "rounds": rounds, "workers": workers,
-            "before_programs_per_s": med["before"], "today_programs_per_s": med["today"],
-            "cost_ratio_today_vs_before": med["before"] / med["today"], **counts}
+    out = {}
+    for name, programs in (("canonical", [p.code.solution for p in problems]), ("return_none", stub)):
+        def one(args):
+            run = judge(args[0], args[1].code.tests, 20.0, Limits(), entry_point=args[1].code.entry_point,
+                        setup=args[1].code.prompt)
+            return classify(run), run.verdict or {}
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(one, zip(programs, problems, strict=True)))
+        out[name] = {**_statuses([r for r, _ in done]), "calls": sum(v.get("calls", 0) for _, v in done),
+                     "programs_whose_calls_changed_an_argument": [p.id for p, (_, v) in zip(problems, done, strict=True)
+                                                                  if v.get("synced", 0)]}
+    return out
 
 
 def ladder(workers: int, per_level: int) -> dict:
     lad = CodeLadder(DataConfig(source="code_ladder"), seed=0)
     problems = [lad.train_problem(i, level) for level in LEVELS for i in range(per_level)]
-    refs = _today([(p.code.solution, p.code.tests, p.code.entry_point, "") for p in problems], workers)
-    stubs = _today([(f"def {p.code.entry_point}(*args, **kwargs):\n    return None\n", p.code.tests,
-                     p.code.entry_point, "") for p in problems], workers)
-    return {"problems": len(problems), "references": _counts(refs), "return_none": _counts(stubs)}
+    refs = run_many([Job(p.code.solution, p.code.tests, p.code.entry_point) for p in problems], 20.0, workers=workers)
+    stubs = run_many([Job(f"def {p.code.entry_point}(*args, **kwargs):\n    return None\n", p.code.tests,
+                          p.code.entry_point) for p in problems], 20.0, workers=workers)
+    return {"problems": len(problems), "references": _statuses(refs), "return_none": _statuses(stubs)}
 
 
 def reward_step(workers: int, timeout_s: float) -> dict:
@@ -165,27 +211,35 @@ def reward_step(workers: int, timeout_s: float) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", type=Path, help="a checkout to compare against (e.g. a git worktree of an older commit)")
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--he-rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=0, help="0: one per core")
     p.add_argument("--timeout", type=float, default=4.0, help="reward step: per-program timeout")
-    p.add_argument("--before", default="9201d24", help="the commit whose sandbox ran program and tests together")
     p.add_argument("--out", default="benchmarks/results/code_cpu.jsonl")
     args = p.parse_args()
     workers = args.workers or os.cpu_count() or 1
-    before = load_before(args.before)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, check=False,
-                            text=True).stdout.strip()
+    git = ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]
+    commit = subprocess.run(git, capture_output=True, check=False, text=True).stdout.strip()
+    base = (subprocess.run(["git", "-C", str(args.base), "rev-parse", "--short", "HEAD"], capture_output=True,
+                           check=False, text=True).stdout.strip() if args.base else None)
     unshare = subprocess.run(["unshare", "--version"], capture_output=True, text=True, check=False).stdout.strip()
-    row = {"bench": "code_checker", "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit,
-           "before": args.before, "machine": {**versions(), "kernel": platform.release(), "unshare": unshare},
+    row = {"bench": "code_checker", "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit, "base": base,
+           "machine": {**versions(), "kernel": platform.release(), "unshare": unshare},
            "loadavg_start": os.getloadavg()}
-    for name, fn in (("start_cost", lambda: start_cost(before, args.rounds)),
-                     ("humaneval", lambda: humaneval(before, args.he_rounds, workers)),
-                     ("ladder", lambda: ladder(workers, 6)),
-                     ("reward_step", lambda: reward_step(args.workers, args.timeout))):
-        row[name] = fn()
-        print(json.dumps({name: row[name]}), flush=True)
+    sides = {"today": Side(ROOT), **({"base": Side(args.base)} if args.base else {})}
+    try:
+        for name, fn in (("start_cost", lambda: start_cost(sides, args.rounds)),
+                         ("calls", lambda: calls_cost(sides, max(3, args.rounds // 3))),
+                         ("humaneval", lambda: humaneval(sides, args.he_rounds, workers)),
+                         ("humaneval_detail", lambda: humaneval_detail(workers)),
+                         ("ladder", lambda: ladder(workers, 6)),
+                         ("reward_step", lambda: reward_step(args.workers, args.timeout))):
+            row[name] = fn()
+            print(json.dumps({name: row[name]}), flush=True)
+    finally:
+        for side in sides.values():
+            side.close()
     row["loadavg_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a") as f:

@@ -99,6 +99,21 @@ def test_forgeries_score_zero_and_are_counted_by_cause(scorer):
     assert rollouts[3].verifier_detail.test_line == "assert add3(1) == unit(1)"
 
 
+def test_a_problem_whose_prompt_does_not_compile_is_an_error_of_the_problem(scorer):
+    """A prompt whose stub has no body is not dropped (the tests' helpers would then bind to the
+    program's): every completion is bad_problem, counted as a verifier error, and scores 0."""
+    prompt = 'def unit(x):\n    return x + 3\n\n\ndef add3(x: int) -> int:\n'
+    task = CodeTask(tests="assert add3(1) == unit(1)\n", entry_point="add3", prompt=prompt)
+    problem = Problem("bad", "q", "", code=task)
+    texts = ["```python\ndef add3(x):\n    return x + 3\n```", ("```python\ndef unit(x):\n    return 0\n\n\n"
+             "def add3(x):\n    return 0\n```")]
+    rollouts = [Rollout(problem, i, [1], [2], [0.0], t, "stop", 0) for i, t in enumerate(texts)]
+    metrics = scorer.score(rollouts)
+    assert [(r.correct, r.reward, r.verifier_detail.status) for r in rollouts] == [(False, 0.0, "bad_problem")] * 2
+    assert metrics["reward/errors/code/BadProblem"] == 2
+    assert "setup does not compile" in rollouts[0].verifier_note
+
+
 def test_a_problem_without_tests_is_a_clear_error(scorer):
     plain = Problem("m", "What is 1 + 1?", "2")
     with pytest.raises(ValueError, match="problem 'm'.*no code task"):

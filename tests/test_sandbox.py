@@ -151,3 +151,47 @@ def test_a_batch_runs_in_a_bounded_pool_and_one_hung_program_stalls_nothing():
     assert [r.status for r in results] == ["passed", "timeout", "failed", "passed"]
     assert time.monotonic() - t0 < 2.0 + 5  # the hung program held one slot; the rest ran beside it
     assert _harness_processes() == []
+
+
+def _bpf(insns, arch: int, nr: int, arg1: int = 0) -> int:
+    """What a classic-BPF seccomp program returns for one call (the instructions seccomp.py uses)."""
+    data = {0: nr, 4: arch, 24: arg1}
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:
+            acc = data[k]
+        elif code == 0x06:
+            return k
+        else:
+            taken = acc == k if code == 0x15 else acc >= k
+            pc += jt if taken else jf
+        pc += 1
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_the_seccomp_filter_decides_each_call_as_documented(arch):
+    """The filter read instruction by instruction, for both architectures it knows (the x86_64 one
+    also runs for real in tests/test_code_forgery.py): locks return 0 and do nothing, the calls
+    whose state crosses namespaces fail with EPERM, everything else is allowed, and a call of
+    another ABI fails with ENOSYS."""
+    from mentor_fast.rewards import seccomp
+
+    audit, nr, _ = seccomp._ARCHES[arch]
+    insns = seccomp.program(arch)
+    allow, ok, eperm, enosys = 0x7FFF0000, 0x00050000, 0x00050000 | 1, 0x00050000 | 38
+    assert _bpf(insns, audit, nr["flock"]) == ok
+    for cmd in (seccomp.F_SETLK, seccomp.F_SETLKW, seccomp.F_OFD_SETLK, seccomp.F_OFD_SETLKW):
+        assert _bpf(insns, audit, nr["fcntl"], cmd) == ok
+    for cmd in (seccomp.F_SETLEASE, seccomp.F_NOTIFY):
+        assert _bpf(insns, audit, nr["fcntl"], cmd) == eperm
+    for cmd in (1, 3, 4, 5, 1030):  # F_GETFD, F_GETFL, F_SETFL, F_GETLK, F_DUPFD_CLOEXEC
+        assert _bpf(insns, audit, nr["fcntl"], cmd) == allow
+    for name in set(nr) - {"flock", "fcntl"}:
+        assert _bpf(insns, audit, nr[name]) == eperm, name
+    for other in (0, 1, 2, 63, 200, 400):  # read, write, open..., none of the filtered
+        if other not in nr.values():
+            assert _bpf(insns, audit, other) == allow
+    assert _bpf(insns, 0x40000003, 3) == enosys  # i386
+    if arch == "x86_64":
+        assert _bpf(insns, audit, 0x40000000 | 73) == enosys  # x32

@@ -171,8 +171,9 @@ class Channel:
             self.fail(Forged(f"an answer for {what} that is not one of ok, raise, refused with its fields"))
         if main == {"refused"}:
             why = reply["refused"]
-            self.fail(Unsupported(f"{what} returned a {why[:200] if type(why) is str else '?'}; it cannot cross to "
-                                  "the checker as plain data"))
+            why = why[:200] if type(why) is str else "?"
+            done = "answered: " if why.startswith("an argument") else "returned a "
+            self.fail(Unsupported(f"{what} {done}{why}; it cannot cross to the checker as plain data"))
         dec = Decoder(self.table, self.namedtuple)
         try:
             value = dec.value(reply["ok"]) if "ok" in keys else None

@@ -217,19 +217,20 @@ class Server:
         mark, enc = self.table.next, wire.Encoder(self.table)
         ok, value = outcome
         outcome.clear()
+        what = ""
         try:
             if ok:
                 fields = {"ok": enc.encode(value, top=top), **fields}
                 roots.append(value)
             else:
                 fields = {"raise": value, **fields}
-            value = None
+            value, what = None, "an argument or a kept container changed to hold "
             sync = [f"[{k},{enc.body(obj)}]" for k, obj in list(self.table.objs.items())
                     if k < mark and enc.form(obj) != self.snaps.get(k)]
         except BaseException as e:  # noqa: BLE001 -- Refused, or a type whose name cannot be read
             self.table.rollback(mark)
             why = str(e) if isinstance(e, wire.Refused) else type(e).__name__
-            self.reply(refused=wire.string(str(why)[:200]))
+            self.reply(refused=wire.string(f"{what}{why}"[:200]))
             return
         held = retained(self.table, roots)
         del roots

@@ -14,8 +14,9 @@ program signal another (or itself in a later run), so the program's process gets
   watching /usr tells one process when another opens a file there. They fail with EPERM.
 - kernel keyrings (`add_key`, `request_key`, `keyctl`): the user keyring is shared by every
   process of a uid, and the session keyring is inherited from the trainer. EPERM.
-- io_uring (a second way into the kernel that this filter would not see) and perf_event_open
-  (machine-wide counters): EPERM.
+- io_uring (a second way into the kernel that this filter would not see), perf_event_open
+  (machine-wide counters), syslog (the kernel's log, which a crash of one program writes to where
+  dmesg_restrict is off) and bpf: EPERM.
 
 Per-user accounting (RLIMIT_NPROC, pending signals, pipe buffers, message queues) is closed apart:
 each sandbox runs under a uid of its own (isolate.py). Syscalls of another ABI (x32, i386 on
@@ -38,11 +39,12 @@ PR_SET_NO_NEW_PRIVS, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW = 3
 _ARCHES = {
     "x86_64": (0xC000003E, {"flock": 73, "fcntl": 72, "inotify_init": 253, "inotify_init1": 294,
                             "fanotify_init": 300, "add_key": 248, "request_key": 249, "keyctl": 250,
-                            "perf_event_open": 298, "io_uring_setup": 425, "io_uring_enter": 426,
-                            "io_uring_register": 427}, 317),
+                            "perf_event_open": 298, "syslog": 103, "bpf": 321, "io_uring_setup": 425,
+                            "io_uring_enter": 426, "io_uring_register": 427}, 317),
     "aarch64": (0xC00000B7, {"flock": 32, "fcntl": 25, "inotify_init1": 26, "fanotify_init": 262,
                              "add_key": 217, "request_key": 218, "keyctl": 219, "perf_event_open": 241,
-                             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}, 277),
+                             "syslog": 116, "bpf": 280, "io_uring_setup": 425, "io_uring_enter": 426,
+                             "io_uring_register": 427}, 277),
 }
 _X32_BIT = 0x40000000
 
