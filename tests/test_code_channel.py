@@ -75,7 +75,7 @@ def test_a_forged_verdict_on_inherited_descriptors_never_passes():
     assert statuses.pop("control") == ("passed", "passed")
     for name in ("spray_0_1023_then_exit", "spray_then_serve_as_usual", "spray_inside_the_call"):
         assert statuses[name] == ("forged_output", "forged_output"), (name, results[name])
-    # as uid 65534 (host root) it cannot even reopen its pipes by path and exits without an answer;
+    # as a uid of its own (host root) it cannot even reopen its pipes by path and exits without an answer;
     # in a user namespace it reopens them and forges
     assert set(statuses["proc_self_fd_paths"]) <= {"crashed", "forged_output"}
     # dup2 over the channel's fds: the checker's requests go nowhere, its answers never come
@@ -278,7 +278,7 @@ def test_signals_and_ptrace_reach_neither_the_checker_nor_the_trainer():
     statuses = _statuses(results)
     assert statuses.pop("control") == ("passed", "passed")
     assert statuses["ptrace_attach_and_read_memory"] == ("failed", "failed")
-    # as uid 65534 its signals reach nothing; in a user namespace (the trainer's uid) kill(0) reaches
+    # as a uid of its own its signals reach nothing; in a user namespace (the trainer's uid) kill(0) reaches
     # its own `unshare`, which takes the namespace down with it
     assert set(statuses["kill_every_pid_it_can_name"]) <= {"failed", "crashed"}
     assert "attached []" in results["ptrace_attach_and_read_memory"][0].stdout  # its namespace holds itself alone

@@ -305,9 +305,10 @@ HONEST_VALUES = {  # (program, tests): values an honest program returns or is gi
     "namedtuple": (("from collections import namedtuple\nPoint = namedtuple('Point', 'x y')\ndef f(a, b):\n"
                    "    return Point(a, b)\n"), "p = {f}(1, 2)\nassert p == (1, 2) and p.x == 1 and p._fields == ('x', 'y')\n"),
     "ordered_dict_and_deque": (("from collections import OrderedDict, deque\ndef f(n):\n"
-                               "    return OrderedDict((i, i) for i in range(n)), deque(range(n), maxlen=2)\n"),
+                               "    o = OrderedDict((i, i) for i in range(n))\n    o.move_to_end(0)\n"
+                               "    return o, deque(range(n), maxlen=2)\n"),
                                ("from collections import OrderedDict, deque\no, q = {f}(3)\n"
-                               "assert o == OrderedDict([(0, 0), (1, 1), (2, 2)]) and o != OrderedDict([(2, 2), (1, 1), (0, 0)])\n"
+                               "assert o == OrderedDict([(1, 1), (2, 2), (0, 0)]) and o != OrderedDict([(0, 0), (1, 1), (2, 2)])\n"
                                "assert q == deque([1, 2]) and q.maxlen == 2\n")),
     "numbers": (("from fractions import Fraction\nfrom decimal import Decimal\ndef f(n):\n"
                 "    return Fraction(1, n), Decimal('0.1') * n, complex(n, -n), range(n), 2 ** 100 * n\n"),

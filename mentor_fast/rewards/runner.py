@@ -51,7 +51,11 @@ def main(spec_text: str, channel: list[int]) -> None:
         isolate.build_root(spec)
     from mentor_fast.rewards import seccomp
 
-    seccomp.install()
+    try:
+        seccomp.install()
+    except OSError:
+        if spec["isolate"]:  # isolation without the filter is not what the run says it is: the probe fails
+            raise
     mb = 1 << 20
     for name, value in (("RLIMIT_AS", spec["memory_mb"] * mb), ("RLIMIT_CPU", spec["cpu_s"]),
                         ("RLIMIT_FSIZE", spec["file_mb"] * mb), ("RLIMIT_NPROC", spec["processes"]),

@@ -147,6 +147,13 @@ def _is_namedtuple(t: type) -> bool:
     return t.__bases__ == (tuple,) and type(fields) is tuple and all(type(f) is str for f in fields)
 
 
+def _well_named(t: type, n: int) -> bool:
+    """A namedtuple the other side can rebuild: identifiers for its name and fields, one per item."""
+    fields, name = t._fields, t.__name__
+    ok = type(name) is str and name.isidentifier() and len(fields) == n == len(set(fields))
+    return ok and all(f.isidentifier() for f in fields)
+
+
 def _is_iterator(value: object) -> bool:
     try:
         return hasattr(type(value), "__next__") and iter(value) is value
@@ -224,7 +231,8 @@ class Encoder:
         if tag == "q":
             items = ",".join(enc(x, depth + 1) for x in v)
             return f'["q",[{"null" if v.maxlen is None else v.maxlen},[{items}]]]'
-        pairs = ",".join(f"[{enc(k, depth + 1)},{enc(x, depth + 1)}]" for k, x in dict.items(v))
+        items = type(v).items(v) if tag == "O" else dict.items(v)  # an OrderedDict's order is its own, not its dict's
+        pairs = ",".join(f"[{enc(k, depth + 1)},{enc(x, depth + 1)}]" for k, x in items)
         if tag == "D":
             factory = v.default_factory
             if factory is not None and not (factory in map(builtins.__dict__.get, _FACTORIES)):
@@ -237,7 +245,7 @@ class Encoder:
             return f'["c",[{_float(v.real)},{_float(v.imag)}]]'
         if t is range:
             return f'["R",[{self._enc(v.start, depth)},{self._enc(v.stop, depth)},{self._enc(v.step, depth)}]]'
-        if _is_namedtuple(t):
+        if _is_namedtuple(t) and _well_named(t, tuple.__len__(v)):
             items = ",".join(self._enc(x, depth + 1) for x in tuple.__iter__(v))
             fields = ",".join(map(_string, t._fields))
             return f'["n",[{_string(t.__name__)},[{fields}],[{items}]]]'
