@@ -16,7 +16,7 @@ from typing import Annotated
 
 import torch
 
-from .enums import Backend, LossType
+from .enums import Backend
 from .settings import AdvantageConfig, LossConfig, Range, check_ranges
 
 
@@ -55,8 +55,6 @@ class GRPOOptions(LossConfig):
         if self.compute_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"compute_dtype must be None, float32, bfloat16 or float16, got {self.compute_dtype}")
         check_ranges(self)
-        if self.dual_clip and self.type not in (LossType.CLIP, LossType.GSPO):
-            raise ValueError(f"dual_clip applies to type clip and gspo, not {self.type}")
 
     @classmethod
     def of(cls, loss: LossConfig, **knobs) -> GRPOOptions:
@@ -106,11 +104,6 @@ class GRPOLossOutput:
     is_weight_mean: torch.Tensor  # the mismatch correction's mean weight (NaN without sampler_logp)
     is_masked_frac: torch.Tensor  # the share of tokens it zeroed (*_mask modes)
 
-    def metrics(self, prefix: str = "loss/") -> dict[str, torch.Tensor]:
-        names = ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "kl_mean", "ratio_mean",
-                 "ratio_min", "ratio_max", "entropy_mean", "pg_loss", "is_weight_mean", "is_masked_frac")
-        return {prefix + n: getattr(self, n).detach() for n in names}
-
 
 def resolve_backend(backend: str | None, device: torch.device) -> Backend:
     """CUDA -> triton (if installed), else torch. An explicit backend is honoured."""
@@ -154,10 +147,6 @@ def launch_device(device: torch.device):
     """Context for a kernel launch: Triton launches on the current CUDA device, so a tensor on
     cuda:1 needs cuda:1 made current for the launch (a no-op on the CPU interpreter)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def nan_scalar(device: torch.device) -> torch.Tensor:
-    return torch.full((), float("nan"), device=device)
 
 
 def row_grid(n_rows: int, device: torch.device) -> tuple[int]:

@@ -167,3 +167,10 @@ class LossConfig:
                         if name == "type" else "")
                 raise ValueError(f"{name}={value!r} is not one of {[e.value for e in enum]}{hint}")
             object.__setattr__(self, name, enum(value))
+        self.check()
+
+    def check(self) -> None:
+        """The rules between fields that a Range cannot state (ValueError naming the field). The config
+        loader calls it after its overrides, GRPOOptions on construction: one definition for both."""
+        if self.dual_clip and str(self.type) not in (LossType.CLIP, LossType.GSPO):
+            raise ValueError(f"dual_clip applies to type clip and gspo, not {self.type}")

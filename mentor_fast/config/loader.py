@@ -235,9 +235,11 @@ def _code_data(cfg: RunConfig) -> bool:
 def validate(cfg: RunConfig) -> None:
     """Cross-field checks that a type alone cannot express."""
     m = cfg.mentor
+    try:
+        cfg.loss.check()
+    except ValueError as e:
+        raise ConfigError(f"loss.{e}") from None
     checks = [
-        (cfg.loss.dual_clip == 0 or cfg.loss.type in ("clip", "gspo"),
-         f"loss.dual_clip applies to loss.type clip and gspo, not {cfg.loss.type}"),
         (cfg.loss.beta == 0 or cfg.model.ref_model, "loss.beta > 0 needs model.ref_model=true"),
         (m.reroll.horizon == 0 or (m.reroll.schedule in _RIDING and cfg.rollout.engine == "hf"
                                    and m.loss.mode != "group"),
