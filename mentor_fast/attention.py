@@ -89,7 +89,7 @@ def _varlen(module, q, k, v, layout, dropout, scaling):
     # SDPA is on autocast's list and gets bf16 operands; this kernel is not, and the rotary embedding
     # (fp32 cos/sin of the fp32 master's hidden states) has promoted q and k back to fp32
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else q.dtype
-    q, k, v = (x[0].transpose(0, 1).to(dtype) for x in (q, k, v))  # [T, heads, d]
+    q, k, v = (x[0].transpose(0, 1).to(dtype, memory_format=torch.contiguous_format) for x in (q, k, v))  # [T, heads, d]
     cu, n = layout.cu_seqlens, layout.max_len
     out = varlen_kernel()(q, k, v, cu, n, scaling, dropout)
     return out[None], None
@@ -135,19 +135,53 @@ def varlen_kernel() -> Callable | None:
         if dropout:
             raise ValueError("torch's varlen attention has no dropout; the layout should have been MASK")
         extra = dict(causal)
+        if "scale" in params:
+            extra["scale"] = scale
+        elif scale is not None and abs(scale * q.shape[-1] ** 0.5 - 1) > 1e-6:
+            raise ValueError(f"this torch's varlen attention takes no scale and the model's is {scale}")
         if k.shape[1] != q.shape[1]:
             if "enable_gqa" in params:
                 extra["enable_gqa"] = True
             else:
                 k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
-        return varlen_attn(q, k, v, cu, cu, n, n, scale=scale, **extra)
+        return varlen_attn(q, k, v, cu, cu, n, n, **extra)
 
     return torch_varlen
 
 
 def varlen_available(device: torch.device, dtype: torch.dtype | None) -> bool:
-    """Whether VARLEN layouts can run: a CUDA device, a 16-bit compute dtype, a varlen kernel."""
-    return device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and varlen_kernel() is not None
+    """Whether VARLEN layouts can run: a CUDA device, a 16-bit compute dtype, a varlen kernel that
+    passes `_varlen_probe` there."""
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16) or varlen_kernel() is None:
+        return False
+    return _varlen_probe(device, dtype)
+
+
+@functools.cache
+def _varlen_probe(device: torch.device, dtype: torch.dtype) -> bool:
+    """One small call of the kernel, forward and backward, against SDPA on each sequence alone: a
+    torch or flash-attn whose varlen API differs from what `varlen_kernel` expects leaves the update
+    on padded rows, with a warning, instead of stopping the run."""
+    import warnings
+
+    try:
+        gen = torch.Generator(device).manual_seed(0)
+        q, k, v = (torch.randn(9, 2, 64, device=device, dtype=dtype, generator=gen).requires_grad_() for _ in range(3))
+        cu = torch.tensor([0, 4, 9], dtype=torch.int32, device=device)
+        out = varlen_kernel()(q, k, v, cu, 5, 64**-0.5, 0.0)
+        out.float().sum().backward()
+        ref = torch.cat([torch.nn.functional.scaled_dot_product_attention(
+            *(x[a:b].transpose(0, 1)[None].float() for x in (q, k, v)), is_causal=True)[0].transpose(0, 1)
+            for a, b in ((0, 4), (4, 9))])
+        ok = q.grad is not None and float((out.float() - ref).abs().max()) < 0.05
+    except Exception as e:  # noqa: BLE001 - any failure of the optional kernel means: do not use it
+        warnings.warn(f"variable-length attention unavailable ({type(e).__name__}: {e}); packing falls back "
+                      "to padded rows (trainer.packing=auto)", stacklevel=2)
+        return False
+    if not ok:
+        warnings.warn("variable-length attention disagrees with SDPA on a probe; packing falls back to padded "
+                      "rows", stacklevel=2)
+    return ok
 
 
 @contextlib.contextmanager

@@ -127,9 +127,9 @@ def _rows(batch: TrainBatch, seqs: list[int], pad_id: int) -> DecoderInputs:
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     gather, seq_index = [], []
-    for j, (i, r) in enumerate(zip(seqs, rows)):
+    plens, clens = batch.prompt_lens[seqs].tolist(), batch.completion_lens[seqs].tolist()
+    for j, (r, p, c) in enumerate(zip(rows, plens, clens)):
         ids[j, : len(r)] = torch.tensor(r)
-        p, c = int(batch.prompt_lens[i]), int(batch.completion_lens[i])
         gather.extend(range(j * width + p - 1, j * width + p + c - 1))  # position t predicts token t+1
         seq_index.extend([j] * c)
     gather_t = torch.tensor(gather, dtype=torch.long)
@@ -142,8 +142,8 @@ def _packed(batch: TrainBatch, seqs: list[int], pad_id: int) -> DecoderInputs:
     ids = torch.tensor([t for r in rows for t in r], dtype=torch.long)
     lens = torch.tensor([len(r) for r in rows], dtype=torch.long)
     gather, seq_index, start = [], [], 0
-    for j, (i, r) in enumerate(zip(seqs, rows)):
-        p, c = int(batch.prompt_lens[i]), int(batch.completion_lens[i])
+    plens, clens = batch.prompt_lens[seqs].tolist(), batch.completion_lens[seqs].tolist()
+    for j, (r, p, c) in enumerate(zip(rows, plens, clens)):
         gather.extend(range(start + p - 1, start + p + c - 1))
         seq_index.extend([j] * c)
         start += len(r)
@@ -162,8 +162,8 @@ def _shared(batch: TrainBatch, seqs: list[int], pad_id: int) -> DecoderInputs:
     length. Flat decoder output: [prompt rows U * P | completion rows S * C]."""
     uniq = list(dict.fromkeys(batch.prompt_index[i] for i in seqs))
     first = {u: next(i for i in seqs if batch.prompt_index[i] == u) for u in uniq}
-    plens = [int(batch.prompt_lens[first[u]]) for u in uniq]
-    clens = [int(batch.completion_lens[i]) for i in seqs]
+    seq_plens, clens = batch.prompt_lens[seqs].tolist(), batch.completion_lens[seqs].tolist()
+    plens = [seq_plens[seqs.index(first[u])] for u in uniq]
     p_width, c_width = max(plens), max(max(clens) - 1, 1)  # the last completion token is never an input
     p_ids = torch.full((len(uniq), p_width), pad_id, dtype=torch.long)
     for r, (u, p) in enumerate(zip(uniq, plens)):
@@ -173,16 +173,15 @@ def _shared(batch: TrainBatch, seqs: list[int], pad_id: int) -> DecoderInputs:
     c_ids = torch.full((len(seqs), c_width), pad_id, dtype=torch.long)
     targets, gather, seq_index = [], [], []
     prompt_part = len(uniq) * p_width
-    for j, (i, c) in enumerate(zip(seqs, clens)):
-        p = int(batch.prompt_lens[i])
+    for j, (i, p, c) in enumerate(zip(seqs, seq_plens, clens)):
         comp = batch.input_ids[i][p:]
         c_ids[j, : c - 1] = torch.tensor(comp[: c - 1], dtype=torch.long)
         targets.extend(comp)
         # token 0 is predicted by the prompt's last position, token k by completion input k-1
-        gather.append(int(expand[j]) * p_width + p - 1)
+        gather.append(row_of[batch.prompt_index[i]] * p_width + p - 1)
         gather.extend(prompt_part + j * c_width + k for k in range(c - 1))
         seq_index.extend([j] * c)
-    p_len = torch.tensor([int(batch.prompt_lens[i]) for i in seqs], dtype=torch.long)
+    p_len = torch.tensor(seq_plens, dtype=torch.long)
     return DecoderInputs(Form.SHARED, seqs, c_ids, p_len[:, None] + torch.arange(c_width), torch.tensor(gather),
                          torch.tensor(targets, dtype=torch.long), torch.tensor(seq_index, dtype=torch.long),
                          prompt_ids=p_ids, expand=expand, prompt_lens=p_len)

@@ -222,15 +222,18 @@ def activation_bytes(config, tokens: int, compute_dtype: torch.dtype | None) -> 
 
 
 def memory_available(device: torch.device) -> int | None:
-    """Bytes a new allocation can still get: the device's free memory plus what torch's caching
-    allocator holds unused (CUDA), or the kernel's MemAvailable (CPU); None where unknown."""
+    """Bytes the update may use. CUDA: the device's free memory plus what torch's caching allocator
+    holds unused, at the first update (the engine, asleep or not, has taken its share by then). CPU:
+    half the machine's memory, a fixed figure, so that the choice does not follow other processes'
+    load from run to run (the same command must make the same choice) and the engine, the mentor and
+    the system keep the rest. None where unknown."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     try:
         with open("/proc/meminfo") as f:
-            line = next(x for x in f if x.startswith("MemAvailable:"))
-        return int(line.split()[1]) * 1024
+            line = next(x for x in f if x.startswith("MemTotal:"))
+        return int(line.split()[1]) * 1024 // 2
     except (OSError, StopIteration, ValueError):
         return None
 

@@ -14,6 +14,13 @@ Every forward under FSDP2 is a collective, so every rank makes the same number o
 kind: a rank with fewer micro-batches (or none: all its groups have zero advantage) makes empty
 ones. The metrics are reduced over ranks before they are reported.
 
+On a GPU the loop is launch-bound, so it never waits on the device: each micro-batch's inputs are
+built on the host and queued (forward.py), the metrics stay device tensors until the trainer reads
+them after the update, the grad norm too; the optimizer step is fused or foreach (optim.py). What
+a micro-batch is made of: packed rows, shared prompts or padded rows (trainer.packing,
+shared_prompt_forward), with gradient checkpointing where the activations would not fit
+(model.gradient_checkpointing=auto).
+
 Two exact savings (both on by default, both off-switchable in TrainerConfig):
 - shared prompts: each distinct prompt of a micro-batch runs through the decoder once (forward.py);
 - zero-advantage sequences (all-fail and all-pass groups) are skipped when beta = 0, there is no

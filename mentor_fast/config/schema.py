@@ -64,7 +64,8 @@ class ModelConfig:
     """Recompute each decoder layer's activations in the backward (less memory, one more forward's
     compute and launches). auto: off unless a micro-batch's activations (estimated from
     trainer.micro_batch_tokens, the model's width and depth) with the training state would not fit
-    in the memory left at the first update; true: always; false: never."""
+    in what the update may use (CUDA: the memory free at the first update; CPU: half the machine's
+    memory, a fixed figure, so the same command makes the same choice); true: always; false: never."""
     tf32: bool = True
     """CUDA: fp32 matmuls and convolutions may use TF32 tensor cores (torch.set_float32_matmul_precision
     "high"). What stays fp32 in a bf16 run (the reference loss head, fp32 optimizer math) gets faster."""
