@@ -115,3 +115,29 @@ def test_a_run_checkpoints_and_resumes_the_bf16_moments(tmp_path, monkeypatch):
         got = again.optimizer.state[p]["exp_avg_sq"]
         assert got.dtype == torch.bfloat16 and torch.equal(got, saved[n]), n
     assert any(float(v.abs().max()) > 0 for v in saved.values())  # a real step was taken and kept
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_foreach_step_follows_the_loop():
+    """On CUDA: round-to-nearest moments bit for bit (the same fp32 ops, foreach); stochastic rounding
+    draws another stream there (Philox per call), so its weights agree to a bf16 rounding of the
+    moments' effect, far below one step."""
+    torch.manual_seed(0)
+    weights = [torch.randn(s, device="cuda") for s in [(37, 5), (300,), (11, 3, 7)]]
+    for stochastic in (False, True):
+        loop_p = [w.clone().requires_grad_() for w in weights]
+        each_p = [w.clone().requires_grad_() for w in weights]
+        loop = AdamWBF16States(loop_p, lr=1e-2, weight_decay=0.1, stochastic=stochastic, foreach=False)
+        each = AdamWBF16States(each_p, lr=1e-2, weight_decay=0.1, stochastic=stochastic, bucket_elements=250)
+        for _ in range(5):
+            for a, b in zip(loop_p, each_p):
+                a.grad = torch.randn_like(a)
+                b.grad = a.grad.clone()
+            loop.step()
+            each.step()
+        for a, b, w in zip(loop_p, each_p, weights):
+            if stochastic:
+                assert float((a - b).abs().max()) < 0.02 * float((a - w).abs().max())
+            else:
+                assert torch.equal(a, b)

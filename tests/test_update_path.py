@@ -16,13 +16,15 @@ import traceback
 
 import pytest
 import torch
-from helpers import assert_grads_close, grads_of_update, make_groups, make_updater
+from helpers import PAD, assert_grads_close, grads_of_update, make_groups
+from mentor_fast.kernels import GRPOOptions
 from mentor_fast.kernels.testing import assert_close_rule
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mentor_fast.algo.batch import build_train_batch
-from mentor_fast.config import AdvantageConfig
-from mentor_fast.models import activation_bytes, checkpointing_needed, enable_checkpointing, load_policy
+from mentor_fast.config import AdvantageConfig, OptimConfig, TrainerConfig
+from mentor_fast.models import activation_bytes, checkpointing_needed, load_policy
+from mentor_fast.update import PolicyUpdater, build_optimizer
 
 TODAY = {"checkpointing": True, "packing": False}  # the settings of the first H200 run
 PATHS = {
@@ -42,14 +44,16 @@ def _batch():
     return build_train_batch(make_groups([[1, 0, 0, 1], [0, 1, 1], [1, 0], [0, 0, 1, 1]]), AdvantageConfig())
 
 
-def _updater(path, impl="fused", *, checkpointing, **trainer):
-    """make_updater with model.gradient_checkpointing applied as PolicyUpdater applies it."""
-    upd = make_updater(path, impl, micro_batch_tokens=48, **trainer)
-    upd.checkpointing = checkpointing
-    if checkpointing is True:
-        enable_checkpointing(upd.model)
-        upd._set_share_prompts()
-    return upd
+def _updater(path, impl="fused", *, checkpointing, bf16=False, device="cpu", dtype=torch.float32, **trainer):
+    """make_updater's updater (seeded copy of the model, AdamW at lr 1e-3) on `device`, with
+    model.gradient_checkpointing passed as the trainer passes it."""
+    torch.manual_seed(0)
+    model = load_policy(path).to(device=device, dtype=dtype).train()
+    optim_cfg = OptimConfig(lr=1e-3)
+    optimizer, scheduler = build_optimizer(model, optim_cfg, max_steps=10)
+    options = GRPOOptions(impl=impl, max_completion_len=16, compute_dtype=torch.bfloat16 if bf16 else None)
+    return PolicyUpdater(model, optimizer, scheduler, options, TrainerConfig(micro_batch_tokens=48, **trainer),
+                         optim_cfg, pad_id=PAD, checkpointing=checkpointing)
 
 
 class _Reads(TorchDispatchMode):
@@ -109,8 +113,7 @@ def test_each_path_under_bf16_autocast_is_within_the_rule_of_todays(tiny_model_p
     """Under bf16 the paths round differently (other shapes, other GEMM blockings), so not bit for
     bit: each is held to 2x today's error against the float64 update, max and mean, per parameter."""
     batch = _batch()
-    g64, _ = grads_of_update(make_updater(tiny_model_path, "reference", dtype=torch.float64, micro_batch_tokens=48),
-                             batch)
+    g64, _ = grads_of_update(_updater(tiny_model_path, "reference", checkpointing=False, dtype=torch.float64), batch)
     today, _ = grads_of_update(_updater(tiny_model_path, bf16=True, **TODAY), batch)
     new, _ = grads_of_update(_updater(tiny_model_path, bf16=True, **PATHS[path]), batch)
     for name, ref in g64.items():
@@ -154,3 +157,27 @@ def test_auto_checkpointing_is_off_where_the_activations_fit_and_on_where_not(ti
     upd = _updater(tiny_model_path, checkpointing="auto")
     upd.update(_batch(), 0)  # decided at the first update: the tiny model fits in this machine's memory
     assert upd.checkpointing is False and not upd.model.is_gradient_checkpointing and upd.share_prompts
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("path", ["today", "packed", "shared prompts"])
+def test_on_a_gpu_the_micro_batch_loop_never_synchronizes(tiny_model_path, path):
+    """torch's sync debug mode set to raise around every micro-batch's device half, on CUDA with bf16
+    autocast and the fused (Triton) loss: any host read, blocking copy or stream sync fails the test."""
+    settings = TODAY if path == "today" else PATHS[path]
+    upd = _updater(tiny_model_path, bf16=True, device="cuda", **settings)
+    assert upd.varlen == upd.packed == (path == "packed")  # packed rows take the varlen kernel
+    run, calls = upd._run, []
+
+    def strict(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            calls.append(1)
+            return run(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    upd._run = strict
+    out = upd.update(_batch(), 0)
+    assert calls and float(out["grad_norm"]) > 0
