@@ -51,10 +51,11 @@ def missing_name(message: str) -> str:
 
 
 # Sandbox statuses that say how the attempt failed without reading its exception. crashed: killed
-# (memory, output cap) or exited early; bad_return_type: it returned what is not plain data;
-# forged_output and channel_closed: it wrote to or closed the channel to the checker.
-_STATUS_LABELS = {"timeout": "timeout", "failed": "wrong_output", "bad_return_type": "wrong_output",
-                  "crashed": "exception", "forged_output": "exception", "channel_closed": "exception"}
+# (memory, output cap) or exited early; forged_output and channel_closed: it wrote to or closed the
+# channel to the checker. unsupported (what the tests need cannot cross between the two processes),
+# bad_problem and sandbox_error are not the attempt's doing: "other".
+_STATUS_LABELS = {"timeout": "timeout", "failed": "wrong_output", "crashed": "exception",
+                  "forged_output": "exception", "channel_closed": "exception"}
 
 
 def code_failure(rollout: Rollout) -> str:
@@ -67,7 +68,7 @@ def code_failure(rollout: Rollout) -> str:
     exc, msg = res.exception, res.message
     if res.status in _STATUS_LABELS:
         return _STATUS_LABELS[res.status]
-    if res.status != "error":  # sandbox_error and needs_objects (not the attempt's fault), or a pass marked wrong
+    if res.status != "error":  # sandbox_error, bad_problem, unsupported (not the attempt's fault), or a pass marked wrong
         return "other"
     if exc in ("SyntaxError", "IndentationError", "TabError"):
         return "syntax" if looks_like_code(rollout.text) else "format"
