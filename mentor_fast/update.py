@@ -335,8 +335,10 @@ class PolicyUpdater:
         """Forward, loss and backward of staged inputs; reads nothing back from the device."""
         with update_attention(self.model):  # the backward's recompute (checkpointing) runs it too
             mb, weight = self._hidden(None, x)
-            # the reference is not sharded; it reads the same inputs
-            ref = self._token_logprobs(self.ref_model, x).float() if self.options.beta > 0 else None
+            ref = None
+            if self.options.beta > 0:  # the frozen reference (not sharded) reads the same inputs
+                with torch.no_grad():
+                    ref = self._token_logprobs(self.ref_model, x).float()
             # fp32 logits inside the op, whatever the operands: bf16 logits put a 3-6% error into the
             # ratio (docs/kernels.md#numerics)
             with torch.autocast(self.device.type, enabled=False):
