@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mentor_fast.checkpoint import list_checkpoints
 from mentor_fast.metrics import read_metrics
 
 
@@ -95,6 +96,19 @@ def refresh_summary(arm_dir: Path, earlier: dict, steps: int, group: int) -> dic
     heldout = arm_dir / "heldout.jsonl"
     acc = heldout_pass1(heldout) if heldout.exists() else earlier["heldout_acc_no_hint"]
     return arm_summary(rows, acc, earlier["wall_s"], group)
+
+
+def resume_point(arm_dir: Path, steps: int) -> Path | None:
+    """The arm's last checkpoint of a step in 1..steps, to go on from (None: start afresh)."""
+    usable = [c for c in list_checkpoints(arm_dir / "checkpoints") if int(c.name.split("_")[1]) <= steps]
+    return usable[-1] if usable else None
+
+
+def earlier_wall(rows: list[dict], ckpt: Path) -> float:
+    """Seconds the steps up to a resumed checkpoint took in the runs before (their timing_s/step; the
+    start-up of those runs is not in it)."""
+    upto = int(ckpt.name.split("_")[1])
+    return sum(r.get("timing_s/step", 0.0) for r in rows if r["step"] <= upto)
 
 
 def source_commit() -> str | None:

@@ -20,7 +20,9 @@ mentor_no_distill (no self-distillation). --mentor-set applies to the three ment
 As each arm of each seed finishes it is merged into the results file (--results, default
 experiments/results/baselines_math.json or baselines_code.json; a table and a figure from it:
 experiments/baselines_report.py), so a run cut short loses nothing, and written to
-DIR/seedN/ARM/arm_summary.json. At the end: DIR/summary.json (per arm, the means over seeds and
+DIR/seedN/ARM/arm_summary.json. An arm saves a checkpoint every --save-every steps, so an arm cut
+short goes on from its last one when rerun with --reuse, and drops them once its summary is written
+(--keep-checkpoints keeps the last). At the end: DIR/summary.json (per arm, the means over seeds and
 each seed's numbers; the ratios to vanilla when vanilla ran) and DIR/collapse.png (the
 initial-rollout all-fail fraction against the step).
 
@@ -59,16 +61,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
 from arm_results import (
     arm_summary,
+    earlier_wall,
     is_current,
     machine_load,
     merge_result,
     post_jump_rows,
     refresh_summary,
+    resume_point,
     source_commit,
     write_summary,
 )
@@ -157,7 +162,8 @@ def arm_overrides(args, arm: str, out: Path, seed: int, start: Path | str) -> li
     """The post-jump run of one arm (ARMS) from the policy folder `start`."""
     return _common(args, out, seed) + ARMS[arm](args) + [
         f"optim.lr={args.post_lr or args.lr}", f"optim.step_without_signal={args.step_without_signal}",
-        f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}"]
+        f"model.path={start}", f"data.levels=[{args.jump_level}]", f"trainer.max_steps={args.post_steps}",
+        f"trainer.save_every={args.save_every}"]
 
 
 def train(overrides: list[str], resume: str | None = None) -> Path:
@@ -315,9 +321,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the dynamic_sampling arm's rollout.dynamic_sampling_rounds")
     p.add_argument("--reuse", action="store_true",
                    help="reuse what an earlier run with the same flags left in DIR/seedN: a finished arm "
-                        "(its arm_summary.json; an arm with fewer --post-steps is extended from its last "
-                        "checkpoint), the GRPO warm-up's final checkpoint, else the supervised warm-up's "
-                        "policy (copy only what the flags you change leave valid)")
+                        "(its arm_summary.json), an arm's last checkpoint (an arm cut short, or one with fewer "
+                        "--post-steps, goes on from it), the GRPO warm-up's final checkpoint, else the supervised "
+                        "warm-up's policy (copy only what the flags you change leave valid)")
+    p.add_argument("--save-every", type=int, default=4,
+                   help="an arm saves a checkpoint every N post-jump steps (0: only at its end), so an arm cut short "
+                        "loses at most N steps: rerun with --reuse (the resumed arm logs what the uninterrupted "
+                        "one would). Only the last is kept")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep an arm's last checkpoint once its summary is written (default: dropped, ~1.6 GB an "
+                        "arm of the 135M model; keep it to extend the arm later with more --post-steps)")
     p.add_argument("--eval-problems", type=int, default=32)
     p.add_argument("--eval-n", type=int, default=4)
     p.add_argument("--eval-exclude-draws", type=int, default=1000,
@@ -374,7 +387,7 @@ def parse_args(p: argparse.ArgumentParser, argv: list[str] | None = None) -> arg
 
 # flags that say which part of an experiment an invocation runs, and where, not what it is: the results
 # file, which gathers many invocations (on many machines), does not keep them
-RUN_ONLY = {"seeds", "first_seed", "arms", "reuse", "out", "results", "sft_only"}
+RUN_ONLY = {"seeds", "first_seed", "arms", "reuse", "out", "results", "sft_only", "save_every", "keep_checkpoints"}
 
 
 def setup_conflicts(results: Path, setup: dict) -> list[str]:
@@ -408,10 +421,13 @@ def warm_start(args, base: Path, seed: int, stages: dict) -> Path:
 
 
 def run_arm(args, arm: str, base: Path, seed: int, start: Path, stages: dict) -> dict:
-    """One arm of one seed from the common start, trained and evaluated; with --reuse a finished arm
-    is picked up (its summary recomputed if it predates arm_summary's fields) and a shorter one
-    extended from its last checkpoint (constant lr: the same as one longer run; the trainer restores
-    the optimizer, RNGs and pending method work)."""
+    """One arm of one seed from the common start, trained and evaluated. The arm saves a checkpoint
+    every --save-every steps, and drops its checkpoints once its summary is written (a policy with its
+    AdamW state is ~1.6 GB for the 135M model) unless --keep-checkpoints. With --reuse a finished arm
+    is picked up (its summary recomputed if it predates arm_summary's fields), and an arm cut short,
+    or finished with fewer --post-steps, goes on from its last checkpoint (constant lr: the same as one
+    longer run; the trainer restores the optimizer, RNGs and pending method work); a shorter arm
+    without one trains again from the start. Anything else starts the arm's folder afresh."""
     folder = base / arm
     done = folder / "arm_summary.json"
     earlier = json.loads(done.read_text()) if args.reuse and done.exists() else None
@@ -420,19 +436,23 @@ def run_arm(args, arm: str, base: Path, seed: int, start: Path, stages: dict) ->
             earlier = refresh_summary(folder, earlier, args.post_steps, args.group)
             done.write_text(json.dumps(earlier))
         return earlier
-    resume = "auto" if earlier and len(earlier["curve"]) < args.post_steps else None
+    ckpt = resume_point(folder, args.post_steps) if args.reuse else None
+    if ckpt is None and folder.exists():  # an earlier run's rows, dumps and checkpoints would mix in
+        shutil.rmtree(folder)
     t0 = time.time()
     with machine_load() as load:
-        run = train(arm_overrides(args, arm, folder, seed, start), resume)
+        run = train(arm_overrides(args, arm, folder, seed, start), str(ckpt) if ckpt else None)
     stages[arm] = time.time() - t0
-    wall = stages[arm] + (earlier["wall_s"] if resume else 0.0)
+    rows = post_jump_rows(read_metrics(run / "metrics.jsonl"), args.post_steps)
+    wall = stages[arm] + (earlier_wall(rows, ckpt) if ckpt else 0.0)
     final = run / "checkpoints" / f"step_{args.post_steps:06d}" / "policy"
     t0 = time.time()
     ev = heldout_accuracy(final, args, seed, folder / "heldout.jsonl")
     stages[f"{arm}_eval"] = time.time() - t0
-    rows = post_jump_rows(read_metrics(run / "metrics.jsonl"), args.post_steps)
     summary = arm_summary(rows, ev["pass@1"], wall, args.group, load)
     done.write_text(json.dumps(summary))
+    if not args.keep_checkpoints:
+        shutil.rmtree(run / "checkpoints")
     return summary
 
 

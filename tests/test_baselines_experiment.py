@@ -4,6 +4,7 @@ experiments/baselines_report.py, without training."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -178,17 +179,34 @@ def test_the_plotted_curve_is_a_trailing_mean_that_keeps_the_first_steps():
     assert baselines_report.trailing_mean([1.0, 0.0], 1) == [1.0, 0.0]
 
 
-def fake_train(calls: list[str]):
-    """collapse.train without training: a run folder with metrics rows and the final checkpoint."""
+def fake_train(calls: list[str], cut: dict[str, int] | None = None, resumes: list | None = None):
+    """collapse.train without training: a run folder with metrics rows and a checkpoint (policy/config.json)
+    every trainer.save_every steps and at the end, the last one kept, as the trainer keeps them with
+    trainer.keep_last_n=1; a run resumed from a checkpoint goes on after its step. `cut`: run folder name ->
+    the step at which that run stops with an error (once), as a killed process would."""
+    cut = dict(cut or {})
+
     def train(overrides: list[str], resume: str | None = None) -> Path:
         values = dict(o.split("=", 1) for o in overrides)
         out, steps = Path(values["output_dir"]), int(values["trainer.max_steps"])
+        every = int(values.get("trainer.save_every", 0))
         calls.append(out.name)
-        (out / "checkpoints" / f"step_{steps:06d}" / "policy").mkdir(parents=True)
-        (out / "checkpoints" / f"step_{steps:06d}" / "policy" / "config.json").write_text("{}")
+        if resumes is not None:
+            resumes.append(resume)
+        first = int(Path(resume).name.split("_")[1]) + 1 if resume else 1
         rerolls = {"mentor/reroll_tokens": 50.0} if values.get("method") == "mentor" else {}
-        (out / "metrics.jsonl").write_text("".join(json.dumps(row(s, length=10.0, **rerolls)) + "\n"
-                                                   for s in range(1, steps + 1)))
+        out.mkdir(parents=True, exist_ok=True)
+        for s in range(first, steps + 1):
+            if cut.get(out.name) == s:
+                del cut[out.name]
+                raise RuntimeError(f"cut at step {s}")
+            with (out / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(row(s, length=10.0, **rerolls)) + "\n")
+            if s == steps or (every and s % every == 0):
+                for old in (out / "checkpoints").glob("step_*"):
+                    shutil.rmtree(old)
+                (out / "checkpoints" / f"step_{s:06d}" / "policy").mkdir(parents=True)
+                (out / "checkpoints" / f"step_{s:06d}" / "policy" / "config.json").write_text("{}")
         return out
     return train
 
@@ -213,3 +231,48 @@ def test_a_run_merges_every_arm_of_every_seed_and_a_rerun_with_reuse_trains_noth
     results.unlink()
     collapse.main([*argv, "--reuse"])
     assert len(calls) == 8 and sorted(json.loads(results.read_text())["arms"]["luffy"]["seeds"]) == ["0", "1"]
+
+
+def test_an_arm_cut_short_goes_on_from_its_last_checkpoint_and_drops_its_checkpoints_once_summarised(
+        tmp_path, monkeypatch):
+    calls, resumes = [], []
+    monkeypatch.setattr(collapse, "train", fake_train(calls, cut={"mentor": 6}, resumes=resumes))
+    monkeypatch.setattr(collapse, "heldout_accuracy", lambda *a: {"pass@1": 0.25})
+    argv = ["--out", str(tmp_path / "run"), "--results", str(tmp_path / "baselines.json"), "--sft-steps", "0",
+            "--post-steps", "7", "--save-every", "2", "--arms", "vanilla,mentor"]
+    with pytest.raises(RuntimeError, match="cut at step 6"):
+        collapse.main(argv)
+    seed0 = tmp_path / "run" / "seed0"
+    # vanilla finished: summarised, its checkpoints dropped; mentor was cut after its step-4 checkpoint
+    assert (seed0 / "vanilla" / "arm_summary.json").exists() and not (seed0 / "vanilla" / "checkpoints").exists()
+    assert [c.name for c in (seed0 / "mentor" / "checkpoints").iterdir()] == ["step_000004"]
+    collapse.main([*argv, "--reuse"])
+    # the rerun trains only the cut arm, from its checkpoint: steps 5-7, not 1-7
+    assert calls == ["warmup", "vanilla", "mentor", "mentor"]
+    assert resumes[-1] == str(seed0 / "mentor" / "checkpoints" / "step_000004")
+    mentor = json.loads((seed0 / "mentor" / "arm_summary.json").read_text())
+    assert len(mentor["curve"]) == 7 and not (seed0 / "mentor" / "checkpoints").exists()
+    # its wall time counts the steps before the cut (timing_s/step of step s is 2 s here)
+    assert mentor["wall_s"] >= 2.0 * (1 + 2 + 3 + 4)
+    assert sorted(json.loads((tmp_path / "baselines.json").read_text())["arms"]["mentor"]["seeds"]) == ["0"]
+
+
+def test_checkpoints_are_kept_on_request_and_a_fresh_arm_starts_from_an_empty_folder(tmp_path, monkeypatch):
+    calls, resumes = [], []
+    monkeypatch.setattr(collapse, "train", fake_train(calls, resumes=resumes))
+    monkeypatch.setattr(collapse, "heldout_accuracy", lambda *a: {"pass@1": 0.25})
+
+    def run(steps: int, *flags: str) -> None:  # a results file per --post-steps: they are other experiments
+        collapse.main(["--out", str(tmp_path / "run"), "--results", str(tmp_path / f"results{steps}.json"),
+                       "--sft-steps", "0", "--post-steps", str(steps), "--arms", "vanilla", *flags])
+
+    run(3, "--keep-checkpoints")
+    arm = tmp_path / "run" / "seed0" / "vanilla"
+    assert [c.name for c in (arm / "checkpoints").iterdir()] == ["step_000003"]
+    run(5, "--reuse")  # more steps: extended from the kept checkpoint, which is then dropped
+    assert resumes[-1] == str(arm / "checkpoints" / "step_000003") and not (arm / "checkpoints").exists()
+    assert len(json.loads((arm / "arm_summary.json").read_text())["curve"]) == 5
+    (tmp_path / "results5.json").unlink()
+    run(5)  # without --reuse the arm's folder starts empty: no rows of the earlier runs in its metrics
+    assert resumes[-1] is None
+    assert [r["step"] for r in map(json.loads, (arm / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3, 4, 5]
