@@ -22,8 +22,9 @@ today's shapes and work without them):
   ckpt off, shared       =false  packing=false  (each prompt once, completions on its keys/values)
   ckpt off, packed       =false  packing=true
   defaults               =auto   packing=auto   (what a run gets; the table says what auto chose)
-Rounds alternate the variants (A/B/C..., medians of --reps rounds after one warm-up call each, whose
-first-call costs - Triton compiles, allocator growth - are left out). Each timed call ends with a
+Rounds alternate the variants (A/B/C..., medians of --reps rounds; on a GPU after one warm-up call
+each, whose first-call costs - Triton compiles, allocator growth - are left out). The CPU mode skips
+the warm-up and the churn rows and profiles one variant: it is the script's smoke test for CI. Each timed call ends with a
 device synchronize. `churn` rows: today and defaults at the small budget on three further batches
 whose completion lengths vary (64-128), each seen once: what a shape the run has not seen costs (Triton
 kernels specialised on a new shape compile; Liger's RoPE kernel takes the batch size as a constexpr).
@@ -257,7 +258,8 @@ def main() -> None:
     order = list(updaters)
     times: dict[tuple, list[float]] = {k: [] for k in order}
     peaks: dict[tuple, float] = {}
-    warm = {k: timed_update(updaters[k], batch, device) for k in order}  # compiles, allocations
+    # GPU: one call each first (Triton compiles, allocator growth); the CPU has neither
+    warm = {k: timed_update(updaters[k], batch, device) if mode == "gpu" else 0.0 for k in order}
     compiles_before = triton_compiles(cache)
     for rep in range(args.reps):
         if time.time() > deadline:
@@ -270,7 +272,7 @@ def main() -> None:
                 peaks[k] = max(peaks.get(k, 0.0), torch.cuda.max_memory_allocated(device) / 2**30)
     compiles_timed = triton_compiles(cache) - compiles_before
     churn = {}
-    for name in ("today", "defaults"):
+    for name in ("today", "defaults") if mode == "gpu" else ():  # new shapes cost compiles on a GPU only
         key = (name, budgets[0])
         if time.time() > late:
             break
@@ -279,7 +281,7 @@ def main() -> None:
             MODES[mode]["new"] // 2, MODES[mode]["new"])), device) for s in (1, 2, 3)]
         churn[name] = {"ms": [1e3 * t for t in runs], "triton_compiles": triton_compiles(cache) - before}
     profiles = {}
-    for name, b in ([] if args.no_profile else PROFILED):
+    for name, b in ([] if args.no_profile else PROFILED if mode == "gpu" else PROFILED[1:2]):
         if time.time() > late:
             profiles[f"{name}@{budgets[b]}"] = {"skipped": "time budget"}
             continue
