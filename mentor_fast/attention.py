@@ -108,6 +108,10 @@ def layout_attention(module, query, key, value, attention_mask, dropout: float =
     outside the update's own) is plain SDPA on transformers' mask."""
     if layout is None:
         return _sdpa(module, query, key, value, attention_mask, dropout, scaling, None)
+    if kwargs.get("sliding_window") or kwargs.get("softcap"):
+        raise NotImplementedError(
+            f"{type(module).__name__}: the update's attention layouts have no sliding window or logit softcap; "
+            "this model needs transformers' own attention (not supported by the update yet)")
     return ATTENTION[layout.kind](module, query, key, value, layout, dropout, scaling)
 
 
