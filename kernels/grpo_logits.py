@@ -79,7 +79,7 @@ def grpo_rows_triton(z, y, t: TokenInputs, opts: GRPOOptions, *, inv_temp=1.0, n
 
 def grpo_loss_from_logits_ref(logits, targets, old_logp, advantages=None, token_weights=None, *,
                               ref_logp=None, is_weights=None, seq_ids=None, rewards=None, group_ids=None,
-                              sampler_logp=None, options: GRPOOptions | None = None, backend=None,
+                              sampler_logp=None, num_seqs=None, options: GRPOOptions | None = None, backend=None,
                               **knobs) -> GRPOLossOutput:
     """Spec of K2 on logits [N, V] (raw, before the temperature): log-probs and entropies from the
     materialised softmax, the loss from objective.token_objective, autograd for every gradient.
@@ -91,7 +91,7 @@ def grpo_loss_from_logits_ref(logits, targets, old_logp, advantages=None, token_
     opts = GRPOOptions.build(options, knobs)
     dt = torch.promote_types(logits.dtype, torch.float32)
     t = build_token_inputs(logits.shape[0], logits.device, dt, old_logp, advantages, token_weights, ref_logp,
-                           is_weights, seq_ids, rewards, group_ids, opts, sampler_logp)
+                           is_weights, seq_ids, rewards, group_ids, opts, sampler_logp, num_seqs)
     logprobs = torch.log_softmax(logits.to(dt) / opts.temperature, dim=-1)
     logp = logprobs.gather(-1, targets[:, None].long()).squeeze(-1)
     with torch.set_grad_enabled(torch.is_grad_enabled() and opts.entropy_coef != 0):
@@ -187,8 +187,8 @@ class _LogitsGRPOFunction(torch.autograd.Function):
 def grpo_loss_from_logits(logits: torch.Tensor, targets: torch.Tensor, old_logp: torch.Tensor,
                           advantages: torch.Tensor | None = None, token_weights: torch.Tensor | None = None, *,
                           ref_logp=None, is_weights=None, seq_ids=None, rewards=None, group_ids=None,
-                          sampler_logp=None, options: GRPOOptions | None = None, backend: str | None = None,
-                          inplace: bool = False, **knobs) -> GRPOLossOutput:
+                          sampler_logp=None, num_seqs=None, options: GRPOOptions | None = None,
+                          backend: str | None = None, inplace: bool = False, **knobs) -> GRPOLossOutput:
     """K2 on logits [N, V] (raw, any float dtype) for callers that hold them: one read for the
     log-sum-exp, one read + one write for d loss / d logits (computed in the forward pass).
     Same arguments and result as grpo_loss. `inplace=True` writes the gradient into `logits`
@@ -196,7 +196,8 @@ def grpo_loss_from_logits(logits: torch.Tensor, targets: torch.Tensor, old_logp:
     if Backend(backend or "torch") is Backend.REF:
         return grpo_loss_from_logits_ref(logits, targets, old_logp, advantages, token_weights, ref_logp=ref_logp,
                                          is_weights=is_weights, seq_ids=seq_ids, rewards=rewards,
-                                         group_ids=group_ids, sampler_logp=sampler_logp, options=options, **knobs)
+                                         group_ids=group_ids, sampler_logp=sampler_logp, num_seqs=num_seqs,
+                                         options=options, **knobs)
     opts = GRPOOptions.build(options, knobs)
     b = resolve_backend(backend, logits.device)
     if b is Backend.GEMM:  # the logits are given: no head GEMM to fuse into
@@ -204,7 +205,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, targets: torch.Tensor, old_logp:
     advantages, fused = fused_advantage_inputs(advantages, rewards, seq_ids, group_ids, logits,
                                                b is Backend.TRITON, opts)
     t = build_token_inputs(logits.shape[0], logits.device, torch.float32, old_logp, advantages, token_weights,
-                           ref_logp, is_weights, seq_ids, rewards, group_ids, opts, sampler_logp)
+                           ref_logp, is_weights, seq_ids, rewards, group_ids, opts, sampler_logp, num_seqs)
     run = _LogitsRun(targets.long(), t, opts, b, fused, inplace)
     loss = _LogitsGRPOFunction.apply(logits, run)
     return make_output(loss, run.out["logp"], run.out["entropy"], t, run.out)

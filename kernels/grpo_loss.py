@@ -196,7 +196,7 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
               ref_logp: torch.Tensor | None = None, is_weights: torch.Tensor | None = None,
               seq_ids: torch.Tensor | None = None, rewards: torch.Tensor | None = None,
               group_ids: torch.Tensor | None = None, sampler_logp: torch.Tensor | None = None,
-              options: GRPOOptions | None = None,
+              num_seqs: int | None = None, options: GRPOOptions | None = None,
               backend: str | None = None, **knobs) -> GRPOLossOutput:
     """K2: fused GRPO loss from hidden states. Returns a GRPOLossOutput (.loss differentiable).
 
@@ -206,7 +206,8 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     (the aggregation: loss = sum_t w_t l_t; None = 1/N), ref_logp [N] (for beta and the kl metric),
     is_weights [N] (a method's weights on the policy term, detached, used as given), sampler_logp [N]
     (the sampler's log-probs: with is_cap > 0 the mismatch correction of is_mode multiplies in,
-    kernels/mismatch.py), seq_ids [N] (needed for gspo and the sequence modes). Options: `options=GRPOOptions.of(cfg.loss, ...)`, or its fields as
+    kernels/mismatch.py), seq_ids [N] (needed for gspo and the sequence modes; num_seqs, how many
+    sequences they index, spares a read of max(seq_ids) from the device). Options: `options=GRPOOptions.of(cfg.loss, ...)`, or its fields as
     keyword arguments (type="clip" | "gspo" | "cispo" | "sapo", eps_low=0.2, eps_high=0.28,
     temperature=1.0, beta=0.0, kl_estimator="k3", dual_clip=0.0, entropy_coef=0.0, chunk_tokens,
     memory_budget_mb, compute_weight_grad, compute_dtype, ...).
@@ -216,7 +217,7 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     if Backend(backend or "torch") is Backend.REF:
         return grpo_loss_ref(hidden, weight, targets, old_logp, advantages, token_weights, ref_logp=ref_logp,
                              is_weights=is_weights, seq_ids=seq_ids, rewards=rewards, group_ids=group_ids,
-                             sampler_logp=sampler_logp, options=options, **knobs)
+                             sampler_logp=sampler_logp, num_seqs=num_seqs, options=options, **knobs)
     opts = GRPOOptions.build(options, knobs)
     b = resolve_backend(backend, hidden.device)
     if b is Backend.GEMM and opts.entropy_coef != 0:
@@ -224,7 +225,7 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     advantages, fused = fused_advantage_inputs(advantages, rewards, seq_ids, group_ids, hidden,
                                                b is Backend.TRITON, opts)
     t = build_token_inputs(hidden.shape[0], hidden.device, torch.float32, old_logp, advantages, token_weights,
-                           ref_logp, is_weights, seq_ids, rewards, group_ids, opts, sampler_logp)
+                           ref_logp, is_weights, seq_ids, rewards, group_ids, opts, sampler_logp, num_seqs)
     run = _Run(targets.long(), t, opts, b, fused)
     loss = _FusedGRPOFunction.apply(hidden, weight, run)
     return make_output(loss, run.out["logp"], run.out["entropy"], t, run.out)

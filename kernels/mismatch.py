@@ -43,16 +43,17 @@ MISMATCH_RULES: dict[ISMode, MismatchRule] = {
 
 
 def mismatch_weights(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mode: ISMode | str, cap: float,
-                     floor: float = 0.0, seq_ids: torch.Tensor | None = None) -> torch.Tensor:
+                     floor: float = 0.0, seq_ids: torch.Tensor | None = None, num_seqs: int | None = None) -> torch.Tensor:
     """[N] weights for tokens with trainer log-probs old_logp [N] and sampler log-probs sampler_logp
-    [N]. Sequence modes need seq_ids [N] and every token of each sequence they touch; a token whose
-    two log-probs are equal (no mismatch) contributes a factor of exactly 1."""
+    [N]. Sequence modes need seq_ids [N] (num_seqs: how many they index, else read from the device)
+    and every token of each sequence they touch; a token whose two log-probs are equal (no mismatch)
+    contributes a factor of exactly 1."""
     rule = MISMATCH_RULES[ISMode(mode)]
     d = (old_logp.double() - sampler_logp.double()).nan_to_num(0.0)  # NaN: the sampler gave none
     if rule.sequence_level:
         if seq_ids is None:
             raise ValueError(f"is_mode={ISMode(mode)} needs seq_ids [N]")
-        n = int(seq_ids.max()) + 1 if seq_ids.numel() else 0
+        n = num_seqs or (int(seq_ids.max()) + 1 if seq_ids.numel() else 0)
         d = torch.zeros(n, dtype=d.dtype, device=d.device).index_add(0, seq_ids, d)[seq_ids]
     ratio = torch.exp(d.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     return rule.bound(ratio, floor, cap).to(old_logp.dtype)

@@ -131,7 +131,7 @@ def _log_ratio(logp: torch.Tensor, t: TokenInputs, sequence_level: bool) -> torc
     if t.seq_ids is None:
         raise ValueError("type='gspo' needs seq_ids [N]")
     active = (t.weights != 0).to(lr.dtype)
-    n = max(t.n_seqs, int(t.seq_ids.max()) + 1 if t.seq_ids.numel() else 0)
+    n = t.n_seqs or (int(t.seq_ids.max()) + 1 if t.seq_ids.numel() else 0)
     zeros = torch.zeros(n, dtype=lr.dtype, device=lr.device)
     length = zeros.index_add(0, t.seq_ids, active).clamp_min(1.0)
     return (zeros.index_add(0, t.seq_ids, lr * active) / length)[t.seq_ids]
@@ -219,9 +219,11 @@ def check_rewards(rewards, seq_ids, group_ids) -> None:
 
 
 def build_token_inputs(n, device, dtype, old_logp, advantages, token_weights, ref_logp, is_weights, seq_ids,
-                       rewards, group_ids, opts: GRPOOptions, sampler_logp=None) -> TokenInputs:
+                       rewards, group_ids, opts: GRPOOptions, sampler_logp=None, num_seqs=None) -> TokenInputs:
     """The call's per-token inputs. With sampler_logp [N] and is_cap > 0 the mismatch correction
-    (kernels/mismatch.py, opts.is_mode) joins is_weights: the same weights on every loss path."""
+    (kernels/mismatch.py, opts.is_mode) joins is_weights: the same weights on every loss path.
+    num_seqs: how many sequences seq_ids index (the rewards' count when they are given); without it a
+    sequence-level term reads max(seq_ids) back from the device."""
     cast = lambda x: None if x is None else x.detach().to(device=device, dtype=dtype)
     if advantages is None:
         check_rewards(rewards, seq_ids, group_ids)
@@ -229,10 +231,11 @@ def build_token_inputs(n, device, dtype, old_logp, advantages, token_weights, re
                                       opts.advantage.eps)
     w = torch.full((n,), 1.0 / max(n, 1)) if token_weights is None else token_weights
     sid = None if seq_ids is None else seq_ids.to(device=device, dtype=torch.long)
-    n_seqs = 0 if rewards is None else int(rewards.numel())
+    n_seqs = int(rewards.numel()) if rewards is not None else (num_seqs or 0)
     old, is_w, mismatch = cast(old_logp), cast(is_weights), None
     if sampler_logp is not None and opts.is_cap > 0:
-        mismatch = mismatch_weights(old, cast(sampler_logp), opts.is_mode, opts.is_cap, opts.is_floor, sid)
+        mismatch = mismatch_weights(old, cast(sampler_logp), opts.is_mode, opts.is_cap, opts.is_floor, sid,
+                                    n_seqs or None)
         is_w = mismatch if is_w is None else is_w * mismatch
     return TokenInputs(old, cast(advantages), cast(w), cast(ref_logp), is_w, sid, n_seqs, mismatch)
 

@@ -110,19 +110,20 @@ def resolve_backend(backend: str | None, device: torch.device) -> Backend:
     if backend is not None:
         b = Backend(backend)
         if b in (Backend.TRITON, Backend.GEMM):
-            require_triton(device)
+            require_triton(device, b)
         return b
     if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
         return Backend.TRITON
     return Backend.TORCH
 
 
-def require_triton(device: torch.device) -> None:
+def require_triton(device: torch.device, backend: Backend = Backend.TRITON) -> None:
     if importlib.util.find_spec("triton") is None:
-        raise ImportError("backend='triton' needs the triton package (pip install triton)")
+        raise ImportError(f"backend='{backend}' needs the triton package (pip install triton)")
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(
-            "backend='triton' on a CPU tensor needs TRITON_INTERPRET=1 set before triton is imported"
+            f"backend='{backend}' (loss.impl=fused_gemm for 'gemm') runs on CUDA; on a CPU tensor it needs "
+            "TRITON_INTERPRET=1 set before triton is imported"
         )
 
 

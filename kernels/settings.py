@@ -103,10 +103,12 @@ class AdvantageConfig:
 class LossConfig:
     """The GRPO objective (kernels/objective.py) and how it is computed and aggregated."""
 
-    impl: Literal["reference", "fused"] = "fused"
+    impl: Literal["reference", "fused", "fused_gemm"] = "fused"
     """reference: plain torch on materialised logits (the vanilla baseline, and the kernels'
-    specification); fused: the chunked kernels in mentor_fast.kernels that never build [N, V] logits.
-    Both compute the same objective (kernels/objective.py)."""
+    specification); fused: the chunked kernels in mentor_fast.kernels that never build [N, V] logits
+    (Triton row kernels on CUDA, chunked torch on the CPU); fused_gemm: the fused op with the GEMM head,
+    whose Triton GEMM takes the softmax statistics in its epilogue so the logits never leave the chip
+    (CUDA, or the Triton interpreter; docs/kernels.md). All compute the same objective (kernels/objective.py)."""
     type: LossType = LossType.CLIP
     """The policy term per token: clip (PPO's clipped surrogate; TRL's grpo, dapo, bnpo and dr_grpo
     are clip with an aggregation), gspo (the clip on the length-normalised sequence ratio), cispo

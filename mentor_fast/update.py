@@ -55,6 +55,10 @@ from mentor_fast.models import checkpointing_needed, enable_checkpointing
 from mentor_fast.optim import build_optimizer, pending_state_bytes  # noqa: F401 - build_optimizer: the trainer's import path
 from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
 
+# loss.impl -> the kernels' backend: reference (materialised logits, autograd), fused (None: the Triton
+# row kernels on CUDA, chunked torch on the CPU), fused_gemm (the GEMM head: kernels/gemm_head.py)
+IMPL_BACKENDS = {"reference": "ref", "fused": None, "fused_gemm": "gemm"}
+
 
 def _hidden_and_head(model, x: DecoderInputs, autocast_bf16: bool, varlen: bool):
     """Run inside the policy's forward: the micro-batch's hidden states and the (gathered) head."""
@@ -101,7 +105,7 @@ class PolicyUpdater:
         self.autocast_bf16 = loss.compute_dtype == torch.bfloat16
         self.ref_model = ref_model
         self.generator = torch.Generator().manual_seed(seed)
-        self.backend = "ref" if loss.impl == "reference" else None  # None: triton on CUDA, else chunked
+        self.backend = IMPL_BACKENDS[loss.impl]
         self.device = next(self.model.parameters()).device
         # packed rows take a variable-length kernel where one runs; elsewhere (auto) full rows,
         # since a block-diagonal mask costs the square of the pack
@@ -343,8 +347,8 @@ class PolicyUpdater:
             # ratio (docs/kernels.md#numerics)
             with torch.autocast(self.device.type, enabled=False):
                 out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
-                                sampler_logp=corrected, seq_ids=mb.seq_index, options=self.options,
-                                backend=self.backend)
+                                sampler_logp=corrected, seq_ids=mb.seq_index, num_seqs=len(mb.seqs),
+                                options=self.options, backend=self.backend)
             out.loss.backward()
         return self._micro_metrics(out, w, sampler, ref is not None)
 

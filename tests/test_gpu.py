@@ -205,7 +205,8 @@ def test_more_rows_than_a_2d_grid_allows():
     check_many_rows()
 
 
-def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("impl", ["fused", "fused_gemm"])
+def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch, impl):
     """Tiny model on the GPU, same seed: loss.impl=fused (Triton row kernel, chunked GEMMs) against
     loss.impl=reference (materialised logits, autograd). The rollouts before the first update are
     the same samples, and every later step sees the same samples too (same rewards, asserted).
@@ -224,12 +225,12 @@ def test_fused_run_on_gpu_matches_reference_run(tmp_path, monkeypatch):
 
     reward_fn = write_shaped_reward(tmp_path, monkeypatch, "gpu_tiny_rewards")
     rows = {}
-    for impl in ("reference", "fused"):
+    for run, name in (("reference", "reference"), (impl, "fused")):
         cfg = load_config(["configs/tiny_test.yaml"], [
-            f"output_dir={tmp_path / impl}", "model.device=cuda", f"loss.impl={impl}", "trainer.max_steps=3",
+            f"output_dir={tmp_path / run}", "model.device=cuda", f"loss.impl={run}", "trainer.max_steps=3",
             "trainer.tensorboard=false", "trainer.progress=false", "model.tf32=false", "model.liger=false",
             reward_fn])
-        rows[impl] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
+        rows[name] = read_metrics(Trainer(cfg).fit() / "metrics.jsonl")
     assert [r["step"] for r in rows["fused"]] == [r["step"] for r in rows["reference"]] == [1, 2, 3]
     assert rows["fused"][0]["grad_norm"] > 0 and rows["fused"][-1]["perf/peak_mem_gb"] > 0  # it ran on the GPU
     for ref, fused in zip(rows["reference"], rows["fused"]):
