@@ -1,4 +1,9 @@
-"""HFEngine: sampling, seeding, log-probs, EOS handling and what it leaves behind, on the tiny Llama."""
+"""HFEngine: sampling, seeding, log-probs, EOS handling and what it leaves behind, on the tiny Llama.
+
+The engine's promises are tested for both decode modes where they could differ: "loop" and "static"
+(the static-cache decoder, here uncompiled: `hf_compile=off`, the compiled step's code run eagerly;
+tests/test_hf_static.py compiles it). The static runs look for ended rows every 2 steps, so
+compaction into smaller buckets happens in them."""
 
 from __future__ import annotations
 
@@ -38,8 +43,12 @@ def prompts(tok):
     return ids
 
 
-def engine(model, tok, batch_size: int = 64) -> HFEngine:
-    return HFEngine(model, tok, RolloutConfig(hf_batch_size=batch_size))
+DECODES = ["loop", "static"]
+
+
+def engine(model, tok, batch_size: int = 64, decode: str = "loop") -> HFEngine:
+    return HFEngine(model, tok, RolloutConfig(hf_batch_size=batch_size, hf_decode=decode, hf_compile="off",
+                                              hf_sync_every=2))
 
 
 def eos_bias_hook(module, args, output, bias: float = 6.35):
@@ -103,12 +112,13 @@ def test_same_seed_same_tokens_other_seed_other_tokens(model, tok, prompts):
     assert all(x != y for x, y in zip(ids(a), ids(c)))
 
 
-def test_merged_requests_give_what_separate_calls_give(model, tok, prompts):
+@pytest.mark.parametrize("decode", DECODES)
+def test_merged_requests_give_what_separate_calls_give(model, tok, prompts, decode):
     """generate_many decodes several requests in one loop (the async mentor merges its first re-roll
     round into the next step's call); every sequence keeps the stream of its own request."""
     a = SamplingParams(n=3, max_new_tokens=6, seed=3)
     b = SamplingParams(n=2, max_new_tokens=6, seed=11)
-    eng = engine(model, tok)
+    eng = engine(model, tok, decode=decode)
     merged = eng.generate_many([(prompts, a), (prompts[1:], b)])
     separate = [eng.generate(prompts, a), eng.generate(prompts[1:], b)]
     ids = lambda out: [[[s.token_ids for s in g] for g in req] for req in out]
@@ -120,11 +130,13 @@ def test_merged_requests_give_what_separate_calls_give(model, tok, prompts):
         eng.generate_many([(prompts, a), (prompts, SamplingParams(n=2, max_new_tokens=7, seed=3))])
 
 
-def test_samples_do_not_depend_on_padding_neighbours_or_chunking(model, tok, prompts):
+@pytest.mark.parametrize("decode", DECODES)
+def test_samples_do_not_depend_on_padding_neighbours_or_chunking(model, tok, prompts, decode):
+    """Static: 6 rows and 3 rows share a batch bucket (8), chunks of 2 another; padding slots too."""
     params = SamplingParams(n=3, max_new_tokens=6, seed=3)
-    together = engine(model, tok).generate(prompts, params)  # prompt 0 left-padded next to prompt 1
-    alone = engine(model, tok).generate(prompts[:1], params)
-    chunked = engine(model, tok, batch_size=2).generate(prompts, params)  # a group split over chunks
+    together = engine(model, tok, decode=decode).generate(prompts, params)  # prompt 0 left-padded next to prompt 1
+    alone = engine(model, tok, decode=decode).generate(prompts[:1], params)
+    chunked = engine(model, tok, batch_size=2, decode=decode).generate(prompts, params)  # a group split over chunks
     assert [s.token_ids for s in together[0]] == [s.token_ids for s in alone[0]]
     for x, y in zip(together[0], alone[0]):
         assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
@@ -159,23 +171,45 @@ def test_cpu_decoding_hands_grouped_kv_to_sdpa_and_matches_transformers(tok, pro
     assert [s.token_ids for g in again for s in g] == [s.token_ids for g in out for s in g]
 
 
-def test_greedy_matches_model_generate(model, tok, prompts):
-    out = engine(model, tok).generate(prompts, SamplingParams(n=1, max_new_tokens=8, greedy=True))
+@pytest.mark.parametrize("decode", DECODES)
+def test_greedy_matches_model_generate(model, tok, prompts, decode):
+    out = engine(model, tok, decode=decode).generate(prompts, SamplingParams(n=1, max_new_tokens=8, greedy=True))
     batch = tok.pad([{"input_ids": p} for p in prompts], return_tensors="pt")
     with torch.no_grad():
         ref = model.generate(**batch, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
     assert [g[0].token_ids for g in out] == ref[:, batch["input_ids"].shape[1] :].tolist()
 
 
-@pytest.fixture(scope="module")
-def eos_run(model, tok, prompts):
-    """Sampled rows on an EOS-biased model (temperature 0.7, top_p 0.9): rows stop at different steps."""
+def eos_biased_run(model, tok, prompts, decode: str):
+    """Sampled rows on an EOS-biased model (temperature 0.7, top_p 0.9): rows stop at different steps.
+    -> (samples, params, the engine's metrics)."""
     handle = model.lm_head.register_forward_hook(eos_bias_hook)
     try:
         params = SamplingParams(n=6, max_new_tokens=10, temperature=0.7, top_p=0.9, seed=11)
-        return engine(model, tok).generate(prompts, params), params
+        eng = engine(model, tok, decode=decode)
+        return eng.generate(prompts, params), params, eng.pop_metrics()
     finally:
         handle.remove()
+
+
+@pytest.fixture(scope="module", params=DECODES)
+def eos_run(model, tok, prompts, request):
+    return eos_biased_run(model, tok, prompts, request.param)[:2]
+
+
+def test_static_decode_gives_the_loops_samples_row_for_row(model, tok, prompts):
+    """The static decoder (12 rows in a bucket of 16, the host looking every 2 steps) against the loop,
+    on rows that end at different steps: the same tokens, finish reasons and log-probs (the same fp32
+    math; the attention sums over masked cache columns too, hence not bit-equal). Its rows moved to
+    the bucket of 8 once 8 or fewer were live."""
+    loop, _, _ = eos_biased_run(model, tok, prompts, "loop")
+    static, _, counts = eos_biased_run(model, tok, prompts, "static")
+    flat = lambda out: [s for g in out for s in g]
+    assert [(s.token_ids, s.finish_reason) for s in flat(static)] == [(s.token_ids, s.finish_reason) for s in flat(loop)]
+    gap = max(abs(p - q) for x, y in zip(flat(static), flat(loop)) for p, q in zip(x.logprobs, y.logprobs))
+    assert gap < 1e-4, gap
+    # 9 compiled steps after the prefill's token (some rows ran to the limit), one move to a bucket of 8
+    assert counts == {"rollout/hf_static_steps": 9.0, "rollout/hf_static_compactions": 1.0}
 
 
 def test_eos_stops_a_row_and_nothing_follows(eos_run):
@@ -215,8 +249,9 @@ def test_sampler_logprobs_match_teacher_forced_forward(model, tok, prompts, eos_
     assert_close_to_ref(torch.cat(got), torch.cat(fp32), torch.cat(ref), atol=1e-6)
 
 
-def test_generate_restores_training_mode_and_leaves_no_state(model, tok, prompts):
-    eng = engine(model, tok)
+@pytest.mark.parametrize("decode", DECODES)
+def test_generate_restores_training_mode_and_leaves_no_state(model, tok, prompts, decode):
+    eng = engine(model, tok, decode=decode)
     use_cache = model.config.use_cache
     model.train()
     model.model.layers[0].eval()  # a mixed state (e.g. a frozen block) comes back as it was
@@ -286,8 +321,9 @@ def test_eos_ids_include_generation_config():
     assert eos_token_ids(tok, SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=9))) == {2, 9}
 
 
+@pytest.mark.parametrize("decode", DECODES)
 @pytest.mark.parametrize("batch_size", [64, 3])  # one chunk; then requests[0]'s rows and the rest in separate chunks
-def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, prompts, batch_size):
+def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, prompts, batch_size, decode):
     """A rider's horizon (SamplingParams.horizon; the mentor's mentor.reroll.horizon): once every row
     of requests[0] has ended, a row of a later request with a horizon is cut at `horizon` times the
     longest of them. Rows that end before the limit, requests[0]'s rows and the rows of a rider
@@ -298,8 +334,8 @@ def test_horizon_cuts_later_rows_once_the_first_request_has_ended(model, tok, pr
     riders = [(prompts[:1], lead), (prompts, dataclasses.replace(rest, horizon=1.0)), (prompts, rest)]
     handle = model.lm_head.register_forward_hook(eos_bias_hook)
     try:
-        full = engine(model, tok).generate_many(requests)
-        cut = engine(model, tok, batch_size).generate_many(riders)
+        full = engine(model, tok, decode=decode).generate_many(requests)
+        cut = engine(model, tok, batch_size, decode=decode).generate_many(riders)
         for bad in ([(prompts[:1], dataclasses.replace(lead, horizon=1.0))],  # the lead has none
                     [requests[0], (prompts, dataclasses.replace(rest, horizon=0.5))]):
             with pytest.raises(ValueError, match="a horizon is 0 \\(off\\) or >= 1"):

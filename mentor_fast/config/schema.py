@@ -166,6 +166,18 @@ class RolloutConfig:
     """Dynamic sampling: extra generation rounds a step may take at most."""
     hf_batch_size: Annotated[int, Range(ge=1)] = 64
     """HF engine: sequences per generate() call."""
+    hf_decode: Literal["auto", "loop", "static"] = "auto"
+    """HF engine's decoding. loop: a Python loop over a growing cache, finished rows dropped at once
+    (a host sync per token). static: a preallocated cache, bucketed shapes and a compiled step
+    sampling on the device (docs/gpu.md, "The HF engine's decode"). auto: static on CUDA, loop
+    elsewhere (on a CPU, at SmolLM2's size, static measured no faster and compiles for minutes).
+    Same tokens and log-probs either way, up to kernel rounding."""
+    hf_compile: Literal["auto", "reduce-overhead", "default", "off"] = "auto"
+    """hf_decode=static: how its step runs. reduce-overhead: torch.compile with CUDA graphs; default:
+    torch.compile without; off: eager (debugging). auto: reduce-overhead on CUDA, default elsewhere."""
+    hf_sync_every: Annotated[int, Range(ge=1)] = 16
+    """hf_decode=static: decode steps between the host's checks for ended rows (ends a chunk once
+    all rows have ended; moves the live rows to a smaller batch bucket when they fit one)."""
     vllm_mode: Literal["auto", "colocate", "process", "server"] = "auto"
     """Where vLLM runs. colocate: in the trainer's process, on its device, with
     `vllm_gpu_memory_utilization` as its share; each sync streams the trainer's tensors into the

@@ -1,12 +1,15 @@
 """The transformers rollout engine: the CPU default and the vanilla baseline's engine.
 
-It shares the trainer's policy module in-process, so a weight "sync" is a reference swap. The
-decode loop is written out (not `model.generate`) for two reasons:
-- compute follows the live rows: a row that emits EOS leaves the batch (its KV-cache rows are
-  dropped), where `generate` keeps decoding every row until the longest one ends;
-- each sequence draws its randomness from its own stream, seeded from (seed, prompt index,
-  sample index), so its tokens do not depend on batch neighbours, padding or `hf_batch_size`.
-A prompt's n samples share one prefill; the prompt's KV rows are repeated n times afterwards.
+It shares the trainer's policy module in-process, so a weight "sync" is a reference swap. Decoding
+is written out (not `model.generate`) so that each sequence draws its randomness from its own
+stream, seeded from (seed, prompt index, sample index): its tokens do not depend on batch
+neighbours, padding or `hf_batch_size`. A prompt's n samples share one prefill; the prompt's KV rows
+are repeated n times afterwards. Two decoders (`rollout.hf_decode`), the same tokens and log-probs:
+- the loop (`_decode_loop`; the CPU's): compute follows the live rows, a row that emits EOS leaves
+  the batch at once; one host sync per token;
+- the static decoder (`static.StaticDecoder`; CUDA's): a preallocated cache and a compiled step
+  (CUDA graphs) that samples on the device; finished rows stay in their bucket until the live
+  ones fit a smaller one; the host looks every `hf_sync_every` steps.
 A later request of a `generate_many` call with a horizon h (`SamplingParams.horizon`: riders, e.g.
 the mentor's merged re-rolls) stops at h times the longest row of the first request (the initial
 rollouts), so its rows cannot keep a call running after the rest ended.
@@ -32,8 +35,10 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
+from mentor_fast.compat import StrEnum
 from mentor_fast.config import RolloutConfig
 from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
+from mentor_fast.rollout.static import Chunk, StaticDecoder, resolve_compile, unsupported
 from mentor_fast.types import Sample
 
 _MASK64 = (1 << 64) - 1
@@ -131,6 +136,26 @@ def eos_token_ids(tokenizer, model) -> set[int]:
     return ids
 
 
+class DecodeMode(StrEnum):
+    """`rollout.hf_decode`."""
+
+    AUTO = "auto"
+    LOOP = "loop"  # `HFEngine._decode_loop`
+    STATIC = "static"  # `static.StaticDecoder`
+
+
+def resolve_decode(mode: str, model) -> DecodeMode:
+    """auto: static on CUDA (where the loop is launch-bound) for the models it serves, else the loop."""
+    mode = DecodeMode(mode)
+    why = unsupported(model)
+    if mode is DecodeMode.STATIC and why:
+        raise ValueError(f"rollout.hf_decode=static cannot decode this model ({why}); use rollout.hf_decode=loop")
+    if mode is DecodeMode.AUTO:
+        cuda = next(model.parameters()).device.type == "cuda"
+        return DecodeMode.STATIC if cuda and not why else DecodeMode.LOOP
+    return mode
+
+
 class _Lead:
     """The longest ended row of a generate_many call's first request so far: what a later request's
     horizon is measured against."""
@@ -145,7 +170,7 @@ class HFEngine:
     sharded): each sync copies the trainer's whole tensors into it in place."""
 
     def __init__(self, model: torch.nn.Module, tokenizer, cfg: RolloutConfig, gqa_attention: bool = True,
-                 owns_weights: bool = False):
+                 owns_weights: bool = False, compile_backend: str = "inductor"):
         self._model = model
         self._owns = owns_weights
         self._tokenizer = tokenizer
@@ -154,6 +179,8 @@ class HFEngine:
         self._version = 0
         self._eos = eos_token_ids(tokenizer, model)
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
+        self._static: StaticDecoder | None = None  # built on the first static decode
+        self._compile_backend = compile_backend  # torch.compile's backend for it (tests: "eager")
 
     @property
     def policy_version(self) -> int:
@@ -182,9 +209,17 @@ class HFEngine:
 
     def close(self) -> None:
         self._model = None
+        if self._static is not None:
+            self._static.close()
 
     def pop_metrics(self) -> dict[str, float]:
-        return {}  # no counters of its own: the trainer times generation
+        """The static decoder's counts since the last call: its compiled steps (a chunk's decode
+        steps, which a bucket's finished rows still ride) and compactions. The trainer times
+        generation itself."""
+        if self._static is None:
+            return {}
+        counts, self._static.counts = self._static.counts, dict.fromkeys(self._static.counts, 0)
+        return {f"rollout/hf_static_{k}": float(v) for k, v in counts.items()}
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         return self.generate_many([(prompts, params)])[0]
@@ -261,10 +296,35 @@ class HFEngine:
         ).logits[:, -1]
         return cache, mask, logits
 
+    @property
+    def decode_mode(self) -> DecodeMode:
+        return resolve_decode(self._cfg.hf_decode, self._model)
+
     def _decode_chunk(self, chunk: list[tuple[tuple[int, int], list[int], int, float]], params: SamplingParams,
                       lead: _Lead | None = None) -> list[Sample]:
         """Decode S sequences (prompt key, prompt ids, row seed, horizon); a prompt's sequences share
-        one prefill; finished rows leave the batch. `lead`: see `generate_many` (None: no horizon)."""
+        one prefill. `lead`: see `generate_many` (None: no horizon)."""
+        if self.decode_mode is DecodeMode.LOOP:
+            return self._decode_loop(chunk, params, lead)
+        if self._static is None:
+            device = next(self._model.parameters()).device
+            self._static = StaticDecoder(resolve_compile(self._cfg.hf_compile, device), self._cfg.hf_sync_every,
+                                         self._eos, self._pad, backend=self._compile_backend)
+        prompts = {key: ids for key, ids, _, _ in chunk}  # in first-seen order
+        index = {key: i for i, key in enumerate(prompts)}
+        rows = Chunk(prompts=list(prompts.values()), prompt_of=[index[key] for key, _, _, _ in chunk],
+                     seeds=[seed for _, _, seed, _ in chunk],
+                     horizons=[h if lead is not None else 0.0 for _, _, _, h in chunk],
+                     leaders=[lead is not None and k == 0 for (k, _), _, _, _ in chunk])
+        out, lead_len = self._static.decode(self._model, rows, params, lead.len if lead is not None else 0)
+        if lead is not None:
+            lead.len = lead_len
+        return [Sample(token_ids=t, logprobs=lp, finish_reason=r, policy_version=self._version)
+                for t, lp, r in zip(out.tokens, out.logprobs, out.reasons)]
+
+    def _decode_loop(self, chunk: list[tuple[tuple[int, int], list[int], int, float]], params: SamplingParams,
+                     lead: _Lead | None = None) -> list[Sample]:
+        """The eager loop: a growing cache, and finished rows leave the batch at once."""
         model = self._model
         row_of: dict[tuple[int, int], int] = {}  # prompt key -> its row in the prefill
         uniq: list[list[int]] = []
