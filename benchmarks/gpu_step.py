@@ -17,7 +17,7 @@ Parts:
   TRL's runner builds them, checked per step), G = 8, 4 prompts, 128 new tokens, lr 1e-6, beta 0, one
   optimizer step per generation, and the same reward (trl_baseline.shorter_is_better: -len(text) / 100,
   a random model's only signal). Also ours with gradient checkpointing on, TRL's setting, for a like-for-
-  like memory figure. Runs alternate ours, TRL, ours-gc; the figures are medians over steps 2..N.
+  like memory figure (GPU only). Runs alternate ours, TRL, ours-gc; the figures are medians over steps 2..N.
 - mentor: ours as above, vanilla against MENTOR (worked_solutions writer, re-rolls riding in the next
   step's generate call: mentor.reroll.schedule=next_step_extra_rows). The random model fails every
   group, so MENTOR works its whole budget every step: the worst case of what re-rolls cost.
@@ -185,8 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     plan = []
     if "trl" in parts:
         plan += [("ours", lambda t: run_ours("ours", args.model, device, steps, small, t, logs)),
-                 ("trl", lambda t: run_trl("trl", args.model, device, steps, new_tokens, args.trl_python, t, logs)),
-                 ("ours_gc", lambda t: run_ours("ours_gc", args.model, device, steps, [*small, *GC_ON], t, logs))]
+                 ("trl", lambda t: run_trl("trl", args.model, device, steps, new_tokens, args.trl_python, t, logs))]
+        if not cpu:  # the CPU's checkpointing choice is the same code path; a GPU's decides the memory figure
+            plan.append(("ours_gc", lambda t: run_ours("ours_gc", args.model, device, steps, [*small, *GC_ON], t,
+                                                       logs)))
     if "mentor" in parts:
         if "trl" not in parts:
             plan.append(("ours", lambda t: run_ours("ours", args.model, device, steps, small, t, logs)))
