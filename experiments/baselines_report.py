@@ -10,7 +10,8 @@ seeds, the standard deviation for three or more), the all-fail fraction as a rat
 the number of seeds, and the mean machine load while the arm trained
 (about 2 on a quiet 2-core machine; more, and its step times are not clean), and the commit of the code
 each seed ran ("-" for seeds run before it was recorded). With --per-seed, a second table gives every
-arm and seed on its own row. The figure: the
+arm and seed on its own row; with --intervals, a third gives each arm's mean with its 95% bootstrap
+interval and MENTOR's paired difference to each baseline (same seeds) with its interval. The figure: the
 all-fail fraction of the initial rollouts, mean over seeds, against the post-jump step and against
 the cumulative generated tokens (arms compared at equal generation).
 """
@@ -101,6 +102,53 @@ def per_seed_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def bootstrap_ci(values: list[float], *, level: float = 0.95, draws: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean of `values` (seeds drawn with replacement; a fixed
+    generator, so the report is the same each time it is made)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float("nan"), float("nan")
+    means = x[np.random.default_rng(seed).integers(0, len(x), (draws, len(x)))].mean(1)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+
+
+INTERVAL_METRICS = METRICS[:2]  # the efficacy numbers (all-fail, held-out); the rest are costs
+
+
+def intervals_table(results: dict, ref: str = "mentor") -> str:
+    """Per arm and efficacy metric, the mean over seeds with its 95% bootstrap interval; per baseline,
+    `ref` minus it on the seeds both ran (paired, so a seed's shared start cancels) with its interval,
+    and whether the interval excludes 0 (the data support a difference) or not."""
+    arms = results["arms"]
+    head = ["arm", "seeds"] + [f"{name}: mean [95% CI]" for _, name, _ in INTERVAL_METRICS]
+    head += [f"{ref} - arm, {name} [95% CI]" for _, name, _ in INTERVAL_METRICS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arm, entry in arms.items():
+        seeds = entry["seeds"]
+        cells = [arm, str(len(seeds))]
+        for key, _, d in INTERVAL_METRICS:
+            vals = [s[key] for s in seeds.values()]
+            lo, hi = bootstrap_ci(vals)
+            cells.append(f"{statistics.mean(vals):.{d}f} [{lo:.{d}f}, {hi:.{d}f}]")
+        for key, _, d in INTERVAL_METRICS:
+            if arm == ref or ref not in arms:
+                cells.append("-")
+                continue
+            common = sorted(set(seeds) & set(arms[ref]["seeds"]), key=int)
+            diffs = [arms[ref]["seeds"][k][key] - seeds[k][key] for k in common]
+            if len(diffs) < 2:
+                cells.append("-")
+                continue
+            lo, hi = bootstrap_ci(diffs)
+            verdict = "supported" if lo > 0 or hi < 0 else "not supported"
+            cells.append(f"{statistics.mean(diffs):+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}] ({len(diffs)} seeds; {verdict})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def describe(results: dict) -> str:
     setup = results["setup"]
     machine = setup.get("machine", {})
@@ -152,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("results", type=Path, help="a results file of experiments/collapse.py")
     p.add_argument("--plot", type=Path, default=None, metavar="OUT.png")
     p.add_argument("--per-seed", action="store_true", help="also a table with one row per arm and seed")
+    p.add_argument("--intervals", action="store_true",
+                   help="also each arm's mean with its 95%% bootstrap interval, and MENTOR's paired difference "
+                        "to each baseline with its interval")
     p.add_argument("--smooth", type=int, default=4, metavar="K",
                    help="plot each step's all-fail fraction as the mean of the last K steps (1: raw)")
     args = p.parse_args(argv)
@@ -160,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     print(table(results))
     if args.per_seed:
         print("\n" + per_seed_table(results))
+    if args.intervals:
+        print("\n" + intervals_table(results))
     if args.plot is not None:
         plot(results, args.plot, args.smooth)
 
