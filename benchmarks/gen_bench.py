@@ -16,8 +16,9 @@ decodes the same number of tokens):
 - hf_batching: transformers' continuous batching (`generate_batch`), one global seed.
 Steady-state times are medians over calls alternated across rows (A/B/A/B), after a first call
 each. A row starts only while the budget lasts (--budget-s; the Qwen-shaped section runs its
-static row first, the others if time is left). Checks (exit 1 if one fails): the static mode
-compiles nothing after its first call, and its sampler log-probs agree with a full forward of
+static row first, the others if time is left). Checks (exit 1 if one fails): the static mode had a
+steady-state call, compiles nothing after its first call, runs no graph without its CUDA graph
+(inductor's cudagraph_skips; it says why in the log), and its sampler log-probs agree with a full forward of
 the same tokens (the trainer's `rollout/logp_mismatch`: mean |logp_sampler - logp_forward|) within
 2x of the loop's own gap + 1e-4 (a stale CUDA graph decodes from the wrong context: it would be
 off by far more). The table gives tokens/s and each row's speed-up over the loop.
@@ -96,6 +97,7 @@ class Row:
         self.tokens = 0
         self.samples = None
         self.compiles_after_first = 0
+        self.cudagraph_skips = 0  # graphs inductor ran without a CUDA graph (reduce-overhead asked for one)
         self.peak_gb: float | None = None
 
 
@@ -146,24 +148,26 @@ def batching_row(model, prompts, params) -> Row:
     return Row("hf_batching", run)
 
 
-def unique_graphs() -> int:
+def compile_counts() -> tuple[int, int]:
+    """(graphs dynamo compiled, CUDA graphs inductor skipped) so far in this process."""
     from torch._dynamo.utils import counters
 
-    return counters["stats"]["unique_graphs"]
+    return counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
 
 
 def timed(row: Row, device: str) -> None:
-    graphs = unique_graphs()
+    graphs, skips = compile_counts()
     sync(device)
     t0 = time.perf_counter()
     row.tokens, samples = row.run()
     sync(device)
     dt = time.perf_counter() - t0
+    row.cudagraph_skips += compile_counts()[1] - skips
     if row.first_s is None:
         row.first_s, row.samples = dt, samples
     else:
         row.times.append(dt)
-        row.compiles_after_first += unique_graphs() - graphs
+        row.compiles_after_first += compile_counts()[0] - graphs
 
 
 def logp_gap(model, prompts, samples, limit: int = 8) -> float:
@@ -241,7 +245,8 @@ def section(shape: str, device: str, deadline: float, reps: int, hf_rows: bool) 
             "row": r.name, "first_s": r.first_s, "steady_s": steady, "calls": len(r.times), "tokens": r.tokens,
             "tokens_per_s": r.tokens / steady if steady else None,
             "x_loop": base and steady and statistics.median(base.times) / steady,
-            "compiles_after_first": r.compiles_after_first, "peak_gb": r.peak_gb, "logp_gap": gaps.get(r.name)})
+            "compiles_after_first": r.compiles_after_first, "cudagraph_skips": r.cudagraph_skips, "peak_gb": r.peak_gb,
+            "logp_gap": gaps.get(r.name)})
     out["section_s"] = time.perf_counter() - t_start
     del model
     if device == "cuda":
@@ -259,6 +264,10 @@ def checks(sections: list[dict]) -> list[str]:
             continue
         if st["compiles_after_first"]:
             bad.append(f"{sec['shape']}: static compiled {st['compiles_after_first']} graph(s) after its first call")
+        if st["cudagraph_skips"]:
+            bad.append(f"{sec['shape']}: static ran {st['cudagraph_skips']} graph(s) without CUDA graphs (see the log)")
+        if not st["calls"]:
+            bad.append(f"{sec['shape']}: static had no steady-state call within the budget")
         if lp is not None and st["logp_gap"] > 2 * lp["logp_gap"] + 1e-4:
             bad.append(f"{sec['shape']}: static logp gap {st['logp_gap']:.2e} > 2 x loop's {lp['logp_gap']:.2e} + 1e-4")
     return bad

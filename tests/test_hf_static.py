@@ -5,6 +5,8 @@ through both decoders."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from mentor_fast.kernels import token_logprobs
@@ -13,9 +15,17 @@ from torch._dynamo.utils import counters
 
 from mentor_fast.config import RolloutConfig
 from mentor_fast.models import load_policy, load_tokenizer
-from mentor_fast.rollout.base import SamplingParams
-from mentor_fast.rollout.hf import DecodeMode, HFEngine, resolve_decode
-from mentor_fast.rollout.static import CompileMode, bucket, resolve_compile, unsupported
+from mentor_fast.rollout.base import EngineError, SamplingParams
+from mentor_fast.rollout.hf import HFEngine
+from mentor_fast.rollout.static import (
+    CompileMode,
+    DecodeMode,
+    bucket,
+    resolve_compile,
+    resolve_decode,
+    unsupported,
+)
+from mentor_fast.rollout.static_step import grouped_decode_attention
 
 QUESTIONS = [
     "What is 2 + 2?",
@@ -24,6 +34,11 @@ QUESTIONS = [
     "Name the largest planet in the solar system.",
     "Sara reads 12 pages a day. How many pages does she read in a week?",
 ]
+
+
+@pytest.fixture(scope="module")
+def tok_tiny(tiny_model_path):
+    return load_tokenizer(tiny_model_path)
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +120,75 @@ def test_compiled_step_is_reused_across_calls_and_batch_sizes_of_a_bucket(tiny_m
     assert graphs_added(short, 5) == 0  # 15 rows: the longer cache's graph serves the short prompts too
 
 
+def test_a_step_that_cannot_compile_stops_with_an_error_naming_the_key(tiny_model_path):
+    """Fault injection: a forward hook with a graph break in it (what a hook that prints or calls an
+    untraceable library does; the step's fullgraph compile refuses one, since it would cut the CUDA
+    graph) stops the call with an error that names rollout.hf_decode and the way out."""
+
+    def breaking_hook(module, args, out):
+        torch._dynamo.graph_break()
+        return out
+
+    model, tok = load_policy(tiny_model_path, "float32"), load_tokenizer(tiny_model_path)
+    handle = model.lm_head.register_forward_hook(breaking_hook)
+    try:
+        with pytest.raises(EngineError, match=r"rollout.hf_decode=static: compiling the decode step .*"
+                                              r"rollout.hf_decode=loop decodes without it"):
+            engine(model, tok, "static", "default", backend="eager").generate([[5, 6, 7]], SamplingParams(n=2))
+    finally:
+        handle.remove()
+
+
+def test_grouped_decode_attention_reads_each_kv_head_once_with_the_same_scores():
+    """A decode step of a GQA layer (8 query heads on 2 K/V heads, a padding and cache mask): SDPA on
+    the K/V heads as they are, each head's 4 queries as 4 queries, equals transformers' SDPA with K/V
+    copied to every head (2x rule against fp64); a prefill (several queries) goes to the fallback."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, h, 1 if h == 8 else 40, 16, generator=g) for h in (8, 2, 2))
+    mask = torch.arange(40)[None, None, None, :] >= torch.tensor([0, 7, 30])[:, None, None, None]  # [B, 1, 1, L]
+    module = types.SimpleNamespace(num_key_value_groups=4, is_causal=True)
+    seen = []
+
+    def fallback(*args, **kwargs):
+        seen.append(args[1].shape[2])
+        return sdpa_attention_forward(*args, **kwargs)
+
+    got, _ = grouped_decode_attention(module, q, k, v, mask, scaling=0.25, fallback=fallback)
+    same, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
+    ref, _ = sdpa_attention_forward(module, q.double(), k.double(), v.double(), mask, scaling=0.25)
+    assert got.shape == same.shape == (3, 1, 8, 16) and not seen
+    assert_close_rule("grouped decode attention", got, ref, same)
+    prefill = torch.randn(3, 8, 5, 16, generator=g)
+    grouped_decode_attention(module, prefill, k, v, mask.expand(3, 1, 5, 40), scaling=0.25, fallback=fallback)
+    assert seen == [5]
+
+
+def test_grouped_query_model_decodes_static_like_the_loop(tok_tiny, tmp_path):
+    """A GQA Llama (4 query heads, 2 K/V heads) through the engine: the static decoder (whose decode
+    steps take the grouped attention) samples the loop's tokens, log-probs within 1e-4."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok_tiny), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
+                         pad_token_id=tok_tiny.pad_token_id, eos_token_id=tok_tiny.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    gqa = load_policy(tmp_path, "float32")
+    seen = []
+    gqa.model.layers[0].self_attn.register_forward_pre_hook(lambda m, a: seen.append(gqa.config._attn_implementation))
+    params = SamplingParams(n=3, max_new_tokens=8, seed=2, temperature=0.7)
+    prompts = [[5, 6, 7, 8, 9], list(range(10, 30))]
+    want = engine(gqa, tok_tiny, "loop").generate(prompts, params)
+    seen.clear()
+    got = engine(gqa, tok_tiny, "static").generate(prompts, params)
+    assert set(seen) == {"mentor_fast_static_mentor_fast_sdpa_gqa"} and gqa.config._attn_implementation == "sdpa"
+    assert [[s.token_ids for s in g_] for g_ in got] == [[s.token_ids for s in g_] for g_ in want]
+    gap = max(abs(a - b) for x, y in zip(got, want) for s, t in zip(x, y) for a, b in zip(s.logprobs, t.logprobs))
+    assert gap < 1e-4, gap
+
+
 def test_buckets_and_modes_resolve():
     assert [bucket(n, 8) for n in (1, 8, 9, 16, 17, 64, 65)] == [8, 8, 16, 16, 32, 64, 128]
     assert [bucket(n, 32) for n in (5, 33, 200)] == [32, 64, 256]
@@ -120,6 +204,9 @@ def test_auto_decodes_with_the_loop_on_a_cpu_and_static_refuses_sliding_windows(
 
     tiny = load_policy(tiny_model_path, "float32")
     assert unsupported(tiny) is None
+    tiny.config._attn_implementation = "eager"  # it would add the boolean mask to the scores
+    assert "needs model.attn_implementation=sdpa" in unsupported(tiny)
+    tiny.config._attn_implementation = "sdpa"
     assert resolve_decode("auto", tiny) is DecodeMode.LOOP and resolve_decode("static", tiny) is DecodeMode.STATIC
     config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                          num_key_value_heads=1, use_sliding_window=True, sliding_window=16, max_window_layers=1)

@@ -30,19 +30,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
-from mentor_fast.compat import StrEnum
 from mentor_fast.config import RolloutConfig
 from mentor_fast.rollout.base import EngineError, Request, SamplingParams, check_mergeable, check_request
-from mentor_fast.rollout.static import Chunk, StaticDecoder, resolve_compile, unsupported
+from mentor_fast.rollout.static import Chunk, DecodeMode, StaticDecoder, resolve_compile, resolve_decode
+from mentor_fast.rollout.static_step import CPU_GQA_ATTENTION, static_attention
 from mentor_fast.types import Sample
 
 _MASK64 = (1 << 64) - 1
-CPU_GQA_ATTENTION = "mentor_fast_sdpa_gqa"
 
 
 def sdpa_gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
@@ -136,26 +136,6 @@ def eos_token_ids(tokenizer, model) -> set[int]:
     return ids
 
 
-class DecodeMode(StrEnum):
-    """`rollout.hf_decode`."""
-
-    AUTO = "auto"
-    LOOP = "loop"  # `HFEngine._decode_loop`
-    STATIC = "static"  # `static.StaticDecoder`
-
-
-def resolve_decode(mode: str, model) -> DecodeMode:
-    """auto: static on CUDA (where the loop is launch-bound) for the models it serves, else the loop."""
-    mode = DecodeMode(mode)
-    why = unsupported(model)
-    if mode is DecodeMode.STATIC and why:
-        raise ValueError(f"rollout.hf_decode=static cannot decode this model ({why}); use rollout.hf_decode=loop")
-    if mode is DecodeMode.AUTO:
-        cuda = next(model.parameters()).device.type == "cuda"
-        return DecodeMode.STATIC if cuda and not why else DecodeMode.LOOP
-    return mode
-
-
 class _Lead:
     """The longest ended row of a generate_many call's first request so far: what a later request's
     horizon is measured against."""
@@ -180,6 +160,7 @@ class HFEngine:
         self._eos = eos_token_ids(tokenizer, model)
         self._pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._eos)
         self._static: StaticDecoder | None = None  # built on the first static decode
+        self._static_failed = False  # auto only: its step did not compile, the loop decodes
         self._compile_backend = compile_backend  # torch.compile's backend for it (tests: "eager")
 
     @property
@@ -304,7 +285,7 @@ class HFEngine:
                       lead: _Lead | None = None) -> list[Sample]:
         """Decode S sequences (prompt key, prompt ids, row seed, horizon); a prompt's sequences share
         one prefill. `lead`: see `generate_many` (None: no horizon)."""
-        if self.decode_mode is DecodeMode.LOOP:
+        if self.decode_mode is DecodeMode.LOOP or self._static_failed:
             return self._decode_loop(chunk, params, lead)
         if self._static is None:
             device = next(self._model.parameters()).device
@@ -316,7 +297,15 @@ class HFEngine:
                      seeds=[seed for _, _, seed, _ in chunk],
                      horizons=[h if lead is not None else 0.0 for _, _, _, h in chunk],
                      leaders=[lead is not None and k == 0 for (k, _), _, _, _ in chunk])
-        out, lead_len = self._static.decode(self._model, rows, params, lead.len if lead is not None else 0)
+        try:
+            with static_attention(self._model):
+                out, lead_len = self._static.decode(self._model, rows, params, lead.len if lead is not None else 0)
+        except EngineError as e:  # it could not compile: auto takes the loop, loudly; static stops
+            if DecodeMode(self._cfg.hf_decode) is not DecodeMode.AUTO:
+                raise
+            warnings.warn(f"{e}. rollout.hf_decode=auto decodes with the loop from here on", stacklevel=2)
+            self._static_failed = True
+            return self._decode_loop(chunk, params, lead)
         if lead is not None:
             lead.len = lead_len
         return [Sample(token_ids=t, logprobs=lp, finish_reason=r, policy_version=self._version)

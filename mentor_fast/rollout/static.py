@@ -19,7 +19,9 @@ so a sequence's tokens do not depend on its neighbours, padding or bucket.
 
 Layout: a row's prompt is right-aligned at column Pb (left padding), its completion follows.
 Cache columns [start, column] of a row are visible to its next token; the 4-D mask says so, so
-transformers builds no mask of its own and never asks the cache for its sizes.
+transformers builds no mask of its own and never asks the cache for its sizes. The compiled
+region (cache, row state, sampling and end rules, the decode attention) is static_step.py; this
+module sizes and fills its buffers and drives it.
 
 Shape letters: U distinct prompts of a chunk, S rows of a chunk, B its batch bucket, L cache
 columns, T max_new_tokens, V vocabulary, KV key/value heads, D head width.
@@ -28,14 +30,35 @@ columns, T max_new_tokens, V vocabulary, KV key/value heads, D head width.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
 from mentor_fast.compat import StrEnum
-from mentor_fast.rollout.base import SamplingParams
+from mentor_fast.rollout.base import EngineError, SamplingParams
+from mentor_fast.rollout.static_step import SDPA_FAMILY, RowState, SlotCache, decode_step, sample_and_record
 
 MIN_BUCKET = 8  # below 8 rows a GPU decode step costs the same: the weights' bandwidth bounds it
+
+
+class DecodeMode(StrEnum):
+    """`rollout.hf_decode`."""
+
+    AUTO = "auto"
+    LOOP = "loop"  # `hf.HFEngine._decode_loop`
+    STATIC = "static"  # `StaticDecoder`
+
+
+def resolve_decode(mode: str, model) -> DecodeMode:
+    """auto: static on CUDA (where the loop is launch-bound) for the models it serves, else the loop."""
+    mode = DecodeMode(mode)
+    why = unsupported(model)
+    if mode is DecodeMode.STATIC and why:
+        raise ValueError(f"rollout.hf_decode=static cannot decode this model ({why}); use rollout.hf_decode=loop")
+    if mode is DecodeMode.AUTO:
+        cuda = next(model.parameters()).device.type == "cuda"
+        return DecodeMode.STATIC if cuda and not why else DecodeMode.LOOP
+    return mode
 
 
 class CompileMode(StrEnum):
@@ -61,104 +84,16 @@ def bucket(n: int, least: int = 1) -> int:
 
 def unsupported(model) -> str | None:
     """Why the static decoder cannot run this model (None: it can). It hands every layer one
-    full-attention mask, so sliding-window or hybrid layers would attend too far."""
+    full-attention boolean mask: sliding-window or hybrid layers would attend too far, and only
+    SDPA takes the mask as it is."""
     config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
     kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
     if kinds != {"full_attention"} or getattr(config, "use_sliding_window", False):
         return f"layer types {sorted(kinds)}: the static decoder masks full attention only"
+    if model.config._attn_implementation not in SDPA_FAMILY:
+        return (f"attention {model.config._attn_implementation!r}: the static decoder's boolean mask needs "
+                "model.attn_implementation=sdpa")
     return None
-
-
-class SlotCache:
-    """A preallocated KV cache for transformers' attention: per layer keys and values [B, KV, L, D],
-    written at `column` (a device scalar, so the compiled step does not specialise on it).
-    `update` is all the model calls; it returns the whole rows, which the 4-D mask windows."""
-
-    is_compileable = True
-
-    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], column: torch.Tensor):
-        self.keys, self.values, self.column = keys, values, column
-
-    @property
-    def length(self) -> int:
-        return self.keys[0].shape[2]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        rows, q = key_states.shape[0], key_states.shape[2]
-        at = self.column + torch.arange(q, device=key_states.device)  # [q]
-        keys, values = self.keys[layer_idx][:rows], self.values[layer_idx][:rows]
-        keys.index_copy_(2, at, key_states.to(keys.dtype))
-        values.index_copy_(2, at, value_states.to(values.dtype))
-        return keys, values
-
-
-@dataclass
-class RowState:
-    """The device side of a chunk: a row per slot of the bucket, mutated in place by the step."""
-
-    tok: torch.Tensor  # [B] long: the last sampled token (the next step's input)
-    start: torch.Tensor  # [B] long: first cache column of the row's prompt
-    u: torch.Tensor  # [B, T] float64: the row's uniforms
-    tokens: torch.Tensor  # [B, T] long
-    logps: torch.Tensor  # [B, T] float32
-    length: torch.Tensor  # [B] long: tokens kept once ended
-    ended: torch.Tensor  # [B] bool (bucket padding starts ended)
-    stopped: torch.Tensor  # [B] bool: ended by EOS
-    cut: torch.Tensor  # [B] bool: ended by the horizon
-    leader: torch.Tensor  # [B] bool: a row of generate_many's first request (only when cutting)
-    horizon: torch.Tensor  # [B] float64: the row's horizon (0: never cut)
-    eos: torch.Tensor  # [E] long
-    step: torch.Tensor  # [] long: index of the token the next step samples
-    lead_len: torch.Tensor  # [] long: longest ended leader row of the call so far (0: none yet)
-
-    def rows(self, b: int) -> RowState:
-        """The first b slots (views: the same memory, so the step's address does not move)."""
-        return RowState(**{f.name: (t[:b] if t.ndim and f.name != "eos" else t)
-                           for f in fields(self) for t in [getattr(self, f.name)]})
-
-    def row_tensors(self) -> list[torch.Tensor]:
-        return [getattr(self, f.name) for f in fields(self) if f.name != "eos" and getattr(self, f.name).ndim]
-
-
-def sample_and_record(st: RowState, logits: torch.Tensor, params: SamplingParams, pad: int) -> None:
-    """Sample the token at index `st.step` for every slot and apply the loop's end rules: EOS, the
-    length limit, and (once no leader row is live) the horizon cut of a rider at ceil(h x lead)."""
-    from mentor_fast.rollout.hf import sample_tokens  # hf imports this module
-
-    s = st.step.view(1)
-    u = st.u.index_select(1, s).squeeze(1)  # [B]
-    tok, lp = sample_tokens(logits, u, params)
-    live = ~st.ended
-    tok = torch.where(live, tok, pad)
-    st.tokens.index_copy_(1, s, tok[:, None])
-    st.logps.index_copy_(1, s, lp[:, None].to(st.logps.dtype))
-    n = st.step + 1  # tokens of a row that is still live after this one
-    stop = live & (tok[:, None] == st.eos).any(-1)
-    newly = stop | (live & (n >= st.tokens.shape[1]))
-    st.lead_len.copy_(torch.maximum(st.lead_len, torch.where((newly & st.leader).any(), n, 0)))
-    ended = st.ended | newly
-    leaders_live = (st.leader & ~ended).any()
-    cut = (~ended & (st.horizon > 0) & (st.lead_len > 0) & ~leaders_live
-           & (n >= torch.ceil(st.horizon * st.lead_len)))
-    st.length.copy_(torch.where(newly | cut, n, st.length))
-    st.stopped.logical_or_(stop)
-    st.cut.logical_or_(cut)
-    st.ended.copy_(ended | cut)
-    st.tok.copy_(tok)
-    st.step.add_(1)
-
-
-def decode_step(model, cache: SlotCache, st: RowState, params: SamplingParams, pad: int) -> None:
-    """Feed each slot's last token at `cache.column`, sample the next: the compiled region. No
-    data-dependent Python control flow: a CUDA graph of it replays the same kernels every step."""
-    col = cache.column
-    cols = torch.arange(cache.length, device=col.device)
-    mask = (cols >= st.start[:, None]) & (cols <= col)  # [B, L]: the row's prompt and completion so far
-    logits = model(input_ids=st.tok[:, None], position_ids=(col - st.start)[:, None],
-                   attention_mask=mask[:, None, None, :], past_key_values=cache, use_cache=True,
-                   logits_to_keep=1).logits[:, -1]
-    col.add_(1)
-    sample_and_record(st, logits, params, pad)
 
 
 @dataclass
@@ -280,10 +215,18 @@ class StaticDecoder:
                         b, slots = self._compact(buf, live, slots)
                         cache, st = buf.views(b)
                         self.counts["compactions"] += 1
-                self._step(model, cache, st, step_params, self.pad)
-                self.counts["steps"] += 1
+                self._call_step(model, cache, st, step_params)
         self._collect(st, slots, out, ended_only=False)
         return out, int(st.lead_len)
+
+    def _call_step(self, model, cache: SlotCache, st: RowState, params: SamplingParams) -> None:
+        try:
+            self._step(model, cache, st, params, self.pad)
+        except torch._dynamo.exc.TorchDynamoException as e:  # a compile failure is no bad input: name the way out
+            why = " ".join(str(e).split())[:300]
+            raise EngineError(f"rollout.hf_decode=static: compiling the decode step (rollout.hf_compile={self.mode}) "
+                              f"failed ({type(e).__name__}: {why}); rollout.hf_decode=loop decodes without it") from e
+        self.counts["steps"] += 1
 
     def _buffers_for(self, model, b: int, pb: int, t: int) -> _Buffers:
         old = self._buffers.get(t)
@@ -361,6 +304,9 @@ class StaticDecoder:
 
 @contextlib.contextmanager
 def _recompile_limit(n: int):
-    """Room for one graph per bucket pair and sampling setting (dynamo's default is 8 per function)."""
-    with torch._dynamo.config.patch(recompile_limit=max(n, torch._dynamo.config.recompile_limit)):
+    """Room for one graph per bucket pair and sampling setting (dynamo's default is 8 per function;
+    torch before 2.6 names the setting cache_size_limit)."""
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    with cfg.patch(**{name: max(n, getattr(cfg, name))}):
         yield
