@@ -10,7 +10,7 @@ decodes the same number of tokens):
 - loop: the HF engine's eager loop (`rollout.hf_decode=loop`), what a GRPO step runs today;
 - static: its static-cache, compiled decode (`hf_decode=static`, `hf_compile=auto`: CUDA graphs on a
   GPU); "first" includes the compile;
-- static_eager (CPU only): the same decoder uncompiled (`hf_compile=off`);
+- static_eager (CPU only): the same decoder uncompiled (`hf_compile=none`);
 - hf_eager / hf_static: `model.generate` with the dynamic cache / `cache_implementation="static"`
   (transformers compiles that decode step on CUDA only, so on the CPU it runs uncompiled);
 - hf_batching: transformers' continuous batching (`generate_batch`), one global seed.
@@ -200,7 +200,7 @@ def section(shape: str, device: str, deadline: float, reps: int, hf_rows: bool) 
         rows += [generate_row("hf_static", model, prompts, params, device, cache_implementation="static"),
                  generate_row("hf_eager", model, prompts, params, device), batching_row(model, prompts, params)]
     if device == "cpu":
-        rows.append(engine_row("static_eager", model, tok, prompts, params, hf_decode="static", hf_compile="off"))
+        rows.append(engine_row("static_eager", model, tok, prompts, params, hf_decode="static", hf_compile="none"))
     skipped = {}
 
     def first_call(row: Row) -> None:

@@ -1,7 +1,7 @@
 """HFEngine: sampling, seeding, log-probs, EOS handling and what it leaves behind, on the tiny Llama.
 
 The engine's promises are tested for both decode modes where they could differ: "loop" and "static"
-(the static-cache decoder, here uncompiled: `hf_compile=off`, the compiled step's code run eagerly;
+(the static-cache decoder, here uncompiled: `hf_compile=none`, the compiled step's code run eagerly;
 tests/test_hf_static.py compiles it). The static runs look for ended rows every 2 steps, so
 compaction into smaller buckets happens in them."""
 
@@ -47,7 +47,7 @@ DECODES = ["loop", "static"]
 
 
 def engine(model, tok, batch_size: int = 64, decode: str = "loop") -> HFEngine:
-    return HFEngine(model, tok, RolloutConfig(hf_batch_size=batch_size, hf_decode=decode, hf_compile="off",
+    return HFEngine(model, tok, RolloutConfig(hf_batch_size=batch_size, hf_decode=decode, hf_compile="none",
                                               hf_sync_every=2))
 
 

@@ -50,7 +50,7 @@ def smollm2(smollm2_path):
     return load_policy(smollm2_path, "float32"), tok, prompts
 
 
-def engine(model, tok, decode: str, compile_mode: str = "off", backend: str = "inductor", **cfg) -> HFEngine:
+def engine(model, tok, decode: str, compile_mode: str = "none", backend: str = "inductor", **cfg) -> HFEngine:
     return HFEngine(model, tok, RolloutConfig(hf_decode=decode, hf_compile=compile_mode, **cfg), compile_backend=backend)
 
 
@@ -82,8 +82,8 @@ def compare_with_loop(model, tok, prompts, compile_mode: str, backend: str = "in
 
 
 def test_static_decoder_matches_the_loop_on_smollm2(smollm2):
-    """The decoder's own code, eager (hf_compile=off), on the real model and chat prompts."""
-    compare_with_loop(*smollm2, compile_mode="off")
+    """The decoder's own code, eager (hf_compile=none), on the real model and chat prompts."""
+    compare_with_loop(*smollm2, compile_mode="none")
 
 
 @pytest.mark.slow  # inductor's CPU codegen: about a minute per graph on 2 cores (greedy and sampled: two)
@@ -100,7 +100,7 @@ def test_compiled_step_is_reused_across_calls_and_batch_sizes_of_a_bucket(tiny_m
     model, tok = load_policy(tiny_model_path, "float32"), load_tokenizer(tiny_model_path)
     torch._dynamo.reset()
     eng = engine(model, tok, "static", "default", backend="eager")
-    plain = engine(model, tok, "static", "off")
+    plain = engine(model, tok, "static", "none")
     short = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 32))]  # widest 12: 32 prompt columns
     long = [list(range(40, 80))]  # 40 tokens: 64 prompt columns
 
@@ -194,7 +194,7 @@ def test_buckets_and_modes_resolve():
     assert [bucket(n, 32) for n in (5, 33, 200)] == [32, 64, 256]
     assert resolve_compile("auto", torch.device("cpu")) is CompileMode.DEFAULT
     assert resolve_compile("auto", torch.device("cuda")) is CompileMode.REDUCE_OVERHEAD
-    assert resolve_compile("off", torch.device("cuda")) is CompileMode.OFF
+    assert resolve_compile("none", torch.device("cuda")) is CompileMode.NONE
 
 
 def test_auto_decodes_with_the_loop_on_a_cpu_and_static_refuses_sliding_windows(tiny_model_path, tmp_path):

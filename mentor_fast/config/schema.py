@@ -172,9 +172,10 @@ class RolloutConfig:
     sampling on the device (docs/gpu.md, "The HF engine's decode"). auto: static on CUDA, loop
     elsewhere (on a CPU, at SmolLM2's size, static measured no faster and compiles for minutes).
     Same tokens and log-probs either way, up to kernel rounding."""
-    hf_compile: Literal["auto", "reduce-overhead", "default", "off"] = "auto"
+    hf_compile: Literal["auto", "reduce-overhead", "default", "none"] = "auto"
     """hf_decode=static: how its step runs. reduce-overhead: torch.compile with CUDA graphs; default:
-    torch.compile without; off: eager (debugging). auto: reduce-overhead on CUDA, default elsewhere."""
+    torch.compile without; none: not compiled, the same step eager (debugging). auto:
+    reduce-overhead on CUDA, default elsewhere."""
     hf_sync_every: Annotated[int, Range(ge=1)] = 16
     """hf_decode=static: decode steps between the host's checks for ended rows (ends a chunk once
     all rows have ended; moves the live rows to a smaller batch bucket when they fit one)."""

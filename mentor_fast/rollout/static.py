@@ -67,7 +67,7 @@ class CompileMode(StrEnum):
     AUTO = "auto"  # reduce-overhead on CUDA, default elsewhere
     REDUCE_OVERHEAD = "reduce-overhead"  # inductor + CUDA graphs
     DEFAULT = "default"  # inductor, no CUDA graphs
-    OFF = "off"  # not compiled: the same step, eager (debugging; a reference for the compiled one)
+    NONE = "none"  # not compiled: the same step, eager (debugging; a reference for the compiled one)
 
 
 def resolve_compile(mode: str, device: torch.device) -> CompileMode:
@@ -178,7 +178,7 @@ class StaticDecoder:
         self._eos = sorted(eos)
         self._buffers: dict[int, _Buffers] = {}  # max_new_tokens -> buffers
         self.counts = {"steps": 0, "compactions": 0}  # since the engine's last pop_metrics
-        if mode is CompileMode.OFF:
+        if mode is CompileMode.NONE:
             self._step = decode_step
         else:  # fullgraph: a graph break would cut the CUDA graph and put the host back in the loop
             self._step = torch.compile(decode_step, backend=backend, fullgraph=True, dynamic=False,
