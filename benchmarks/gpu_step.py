@@ -96,7 +96,8 @@ def run_big(model: str, device: str, cpu: bool, timeout_s: float, logs: Path) ->
     """The one-H200 recipe on the 1.5B-shaped model, 2 steps (CPU: the tiny model, tiny shapes)."""
     shape = (["rollout.prompts_per_step=2", "rollout.num_generations=4", "rollout.max_new_tokens=16",
               "trainer.micro_batch_tokens=1024", "model.tf32=false"] if cpu else
-             ["rollout.prompts_per_step=64", "rollout.num_generations=8", "rollout.max_new_tokens=512"])
+             ["rollout.prompts_per_step=64", "rollout.num_generations=8", "rollout.max_new_tokens=512",
+              "rollout.hf_batch_size=512"])  # the step's 512 rows in one bucket, as a GPU user sets it
     with tempfile.TemporaryDirectory(prefix="gpu-step-big-") as tmp:
         cmd = [sys.executable, "-m", "mentor_fast.cli", "train", "--config",
                str(REPO / "configs" / "qwen2.5-1.5b-instruct_gpu.yaml"), f"output_dir={tmp}", f"model.path={model}",

@@ -61,7 +61,7 @@ from mentor_fast.models import (
     torch_dtype,
 )
 from mentor_fast.rewards import RewardScorer
-from mentor_fast.rollout import engine_dtype, make_engine
+from mentor_fast.rollout import engine_dtype, hf_engine_dtype, make_engine
 from mentor_fast.rollout.base import SamplingParams
 from mentor_fast.sharding import FullWeights, shard_policy
 from mentor_fast.types import Group, Rollout, Sample
@@ -141,8 +141,14 @@ class Trainer:
         if cfg.model.ref_model and cfg.loss.beta > 0:  # frozen and small next to the policy: not sharded
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         # Across ranks the HF engine decodes from its own whole copy (a sharded forward would be a
-        # collective per decoded token); one rank shares the policy module.
-        engine_model = copy.deepcopy(self.model) if self.dist.enabled and cfg.rollout.engine == "hf" else self.model
+        # collective per decoded token), and in another dtype from a copy in it (rollout.hf_dtype); one
+        # rank in the policy's dtype shares the policy module.
+        engine_model = self.model
+        hf_dtype = hf_engine_dtype(cfg, self.device) if cfg.rollout.engine == "hf" and not lora else None
+        if cfg.rollout.engine == "hf" and (self.dist.enabled or hf_dtype):
+            engine_model = copy.deepcopy(self.model).requires_grad_(False)
+            if hf_dtype:
+                engine_model.to(torch_dtype(hf_dtype))
         self.policy = shard_policy(self.model, self.dist, param_dtype=self._param_dtype())
         self.weights = FullWeights(self.policy) if self.dist.enabled else self.model  # what engines read
 

@@ -246,3 +246,23 @@ def test_sft_writes_a_policy_that_learned_the_targets(tmp_path, capsys):
     assert len(losses) == 6 and losses[-1] < losses[0]
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "sft" / "policy")
     assert model.config.num_hidden_layers == 2
+
+
+def test_an_hf_engine_in_bf16_decodes_from_its_own_copy_synced_every_step(tmp_path, monkeypatch):
+    """rollout.hf_dtype=bfloat16 over fp32 master weights: the engine holds a bf16 copy of the policy,
+    each step's sync overwrites it with the updated weights (the copy is not left behind), and the
+    sampler/trainer log-prob gap it opens is logged and small; the fp32 default shares the module."""
+    reward_fn = write_shaped_reward(tmp_path, monkeypatch)
+    trainer = Trainer(_cfg(tmp_path / "run", "trainer.max_steps=2", "rollout.hf_dtype=bfloat16", "optim.lr=1e-2",
+                           reward_fn))
+    engine_model = trainer.engine._model
+    assert engine_model is not trainer.model
+    assert {p.dtype for p in engine_model.parameters()} == {torch.bfloat16}
+    rows = [trainer.step(step) for step in (1, 2)]
+    for name, p in trainer.model.state_dict().items():
+        assert torch.equal(engine_model.state_dict()[name], p.to(torch.bfloat16)), name
+    assert 0 < rows[1]["rollout/logp_mismatch"] < 0.5
+    trainer.close()
+    shared = Trainer(_cfg(tmp_path / "shared", "trainer.max_steps=1", reward_fn))
+    assert shared.engine._model is shared.model
+    shared.close()

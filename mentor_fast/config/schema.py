@@ -176,6 +176,13 @@ class RolloutConfig:
     """hf_decode=static: how its step runs. reduce-overhead: torch.compile with CUDA graphs; default:
     torch.compile without; none: not compiled, the same step eager (debugging). auto:
     reduce-overhead on CUDA, default elsewhere."""
+    hf_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """HF engine: the dtype it decodes in. A dtype other than model.dtype gives the engine a copy of
+    the policy in that dtype, which every weight sync overwrites (one more copy of the weights in
+    memory; a bf16 decode step reads half the bytes of an fp32 one). auto: bfloat16 on CUDA when the
+    policy computes in bf16 over fp32 master weights (model.autocast_bf16), else the policy's own
+    module. The sampler/trainer gap a bf16 engine opens is logged as rollout/logp_mismatch and
+    corrected as loss.is_mode says, as for vLLM in bf16."""
     hf_sync_every: Annotated[int, Range(ge=1)] = 16
     """hf_decode=static: decode steps between the host's checks for ended rows (ends a chunk once
     all rows have ended; moves the live rows to a smaller batch bucket when they fit one)."""

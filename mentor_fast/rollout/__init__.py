@@ -7,7 +7,7 @@ from pathlib import Path
 from mentor_fast.config import RolloutConfig
 from mentor_fast.rollout.base import EngineError, RolloutEngine, SamplingParams
 
-__all__ = ["EngineError", "RolloutEngine", "SamplingParams", "engine_dtype", "make_engine"]
+__all__ = ["EngineError", "RolloutEngine", "SamplingParams", "engine_dtype", "hf_engine_dtype", "make_engine"]
 
 
 def engine_dtype(cfg) -> str:
@@ -16,6 +16,16 @@ def engine_dtype(cfg) -> str:
     if cfg.rollout.vllm_dtype != "auto":
         return cfg.rollout.vllm_dtype
     return "bfloat16" if cfg.model.autocast_bf16 else cfg.model.dtype
+
+
+def hf_engine_dtype(cfg, device) -> str | None:
+    """The dtype of the HF engine's own copy of the policy (rollout.hf_dtype), or None where it decodes
+    with the policy's module."""
+    want = cfg.rollout.hf_dtype
+    if want == "auto":
+        bf16_over_fp32 = cfg.model.autocast_bf16 and cfg.model.dtype == "float32"
+        return "bfloat16" if device.type == "cuda" and bf16_over_fp32 else None
+    return None if want == cfg.model.dtype else want
 
 
 def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: str, seed: int,
