@@ -119,10 +119,12 @@ def step_trl(t: Table, out: Path, rc: str) -> None:
     for r in g["results"]:
         _step_row(t, r, NAMES.get(r["name"], r["name"]))
     _mentor_ratio(t, g)
-    ratio, mem = g["ratios"].get("tokens_per_s_vs_trl"), g["ratios"].get("peak_mem_vs_trl")
-    if ratio is not None:
-        met = ratio >= TRL_TARGET and (mem is None or mem <= 1.0)
-        t.add("step vs TRL", f"{ratio:.2f}x TRL's tokens/s, {mem or float('nan'):.2f}x its peak memory",
+    for prefix, what in (("", "step vs TRL (defaults)"), ("gc_", "step vs TRL (ckpt on)")):
+        ratio, mem = g["ratios"].get(prefix + "tokens_per_s_vs_trl"), g["ratios"].get(prefix + "peak_mem_vs_trl")
+        if ratio is None:
+            continue
+        met = ratio >= TRL_TARGET and mem is not None and mem <= 1.0
+        t.add(what, f"{ratio:.2f}x TRL's tokens/s, {mem or float('nan'):.2f}x its peak memory",
               f"target >= {TRL_TARGET:g}x at no more memory: {'met' if met else 'NOT met'} ({g['device']})")
 
 

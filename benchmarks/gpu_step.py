@@ -154,6 +154,8 @@ def compare(results: list[dict]) -> dict:
             out["peak_mem_vs_trl"] = by["ours"]["peak_gb"] / by["trl"]["peak_gb"]
     if "ours_gc" in by and "trl" in by:
         out["gc_tokens_per_s_vs_trl"] = by["ours_gc"]["median"]["tokens_per_s"] / by["trl"]["median"]["tokens_per_s"]
+        if by["ours_gc"]["peak_gb"] and by["trl"]["peak_gb"]:
+            out["gc_peak_mem_vs_trl"] = by["ours_gc"]["peak_gb"] / by["trl"]["peak_gb"]
     if "ours" in by and "mentor" in by:
         out["mentor_step_vs_vanilla"] = by["mentor"]["median"]["step_s"] / by["ours"]["median"]["step_s"]
     return out
