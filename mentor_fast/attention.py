@@ -29,9 +29,10 @@ import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
+
+from mentor_fast.compat import StrEnum
 
 NAME = "mentor_fast_layout"  # the registered implementation the policy runs during the update
 

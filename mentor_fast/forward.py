@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -40,6 +39,7 @@ from mentor_fast.attention import (
     prefix_causal_mask,
     update_attention,
 )
+from mentor_fast.compat import StrEnum
 
 
 class Form(StrEnum):
