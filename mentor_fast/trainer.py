@@ -38,6 +38,7 @@ from mentor_fast.checkpoint import (
 from mentor_fast.config import RunConfig, resolve, save_config, to_dict
 from mentor_fast.config.schema import GROUPS_PER_STEP
 from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
+from mentor_fast.determinism import deterministic_algorithms, wanted
 from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.kernels import GRPOOptions
 from mentor_fast.method import Method, MethodContext, RolloutPlan, build_method
@@ -128,6 +129,8 @@ class Trainer:
         weights_path = ckpt / "policy" if ckpt and not lora else self.model_path
         self.tokenizer = load_tokenizer(self.model_path)
         self.device = self.dist.device
+        self._settings = contextlib.ExitStack()  # process-wide torch settings of the run, undone by close()
+        self._settings.enter_context(deterministic_algorithms(wanted(cfg.trainer.deterministic, self.device)))
         if self.device.type == "cuda" and cfg.model.tf32:
             torch.set_float32_matmul_precision("high")  # TF32 tensor cores for what stays fp32
         self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation)
@@ -419,3 +422,4 @@ class Trainer:
         self.scorer.close()
         self.engine.close()
         self.dist.close()
+        self._settings.close()
