@@ -23,14 +23,19 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 # The demo: a supervised warm-up (worked solutions of levels 1-2, a quarter of the rows hinted level-5
-# problems), then GRPO + MENTOR through the jump to level 7 (configs/demo_cpu.yaml).
-# `make demo NPROC=2` trains on 2 ranks (torchrun, gloo): the same numbers, in runs/demo_cpu/train_2ranks.
+# problems), then GRPO + MENTOR through the jump to level 7 (configs/demo_cpu.yaml), then vanilla GRPO
+# from the same warm-up and seed, and report.png with both (runs/demo_cpu/train/report.png).
+# `make demo NPROC=2` trains on 2 ranks (torchrun, gloo): the same numbers, in runs/demo_cpu/*_2ranks.
 NPROC ?= 1
+DEMO_RANKS := $(if $(filter-out 1,$(NPROC)),--nproc $(NPROC))
+DEMO_SUFFIX := $(if $(filter-out 1,$(NPROC)),_$(NPROC)ranks)
 demo: venv
-	$(BIN)/mentor-fast sft --config configs/demo_cpu.yaml --levels 1,2 --hinted-levels 5 --steps 10 --batch 12 --lr 5e-5 \
+	rm -rf runs/demo_cpu/train$(DEMO_SUFFIX) runs/demo_cpu/vanilla$(DEMO_SUFFIX)  # a run appends to its metrics.jsonl
+	$(BIN)/mentor-fast sft --config configs/demo_cpu.yaml --levels 1,2 --hinted-levels 5 --steps 20 --batch 16 --lr 5e-5 \
 		--out runs/demo_cpu/sft
-	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml \
-		$(if $(filter-out 1,$(NPROC)),--nproc $(NPROC) output_dir=runs/demo_cpu/train_$(NPROC)ranks)
+	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml $(DEMO_RANKS) output_dir=runs/demo_cpu/train$(DEMO_SUFFIX)
+	$(BIN)/mentor-fast train --config configs/demo_cpu.yaml $(DEMO_RANKS) method=grpo output_dir=runs/demo_cpu/vanilla$(DEMO_SUFFIX)
+	$(BIN)/mentor-fast report runs/demo_cpu/train$(DEMO_SUFFIX) --baseline runs/demo_cpu/vanilla$(DEMO_SUFFIX)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""`mentor-fast train | sft | eval | bench | serve | prepare-model`."""
+"""`mentor-fast train | sft | eval | bench | report | serve | prepare-model`."""
 
 from __future__ import annotations
 
@@ -100,13 +100,38 @@ def _bench(argv: list[str]) -> int:
     return main(argv) or 0
 
 
+def _report(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from mentor_fast.metrics import all_fail_table, read_run, write_report
+
+    p = argparse.ArgumentParser(prog="mentor-fast report",
+                                description="Redraw a run's report.png, optionally beside a baseline run, and print "
+                                            "the unhinted all-fail fraction per step.")
+    p.add_argument("run", help="a run folder (metrics.jsonl, config.yaml)")
+    p.add_argument("--baseline", default=None, help="another run folder to draw beside it, e.g. vanilla GRPO")
+    p.add_argument("--out", default=None, help="the PNG to write (default: RUN/report.png)")
+    p.add_argument("--window", type=int, default=4, help="steps in the trailing mean of the all-fail fraction")
+    args = p.parse_args(argv)
+    runs = [Path(r) for r in (args.run, args.baseline) if r is not None]
+    for run in runs:
+        if not (run / "metrics.jsonl").is_file():
+            p.error(f"{run / 'metrics.jsonl'}: not found (is {run} a run folder?)")
+    out = Path(args.out) if args.out else runs[0] / "report.png"
+    write_report(runs[0] / "metrics.jsonl", out, title=" beside ".join(str(run) for run in runs),
+                 baseline=runs[1] if len(runs) > 1 else None, window=args.window)
+    print(all_fail_table([read_run(run) for run in runs], args.window))
+    print(f"report: {out}")
+    return 0
+
+
 def _serve(argv: list[str]) -> int:
     from mentor_fast.rollout.server import serve_main
 
     return serve_main(argv)
 
 
-COMMANDS = {"train": _train, "sft": _sft, "eval": _eval, "bench": _bench, "serve": _serve,
+COMMANDS = {"train": _train, "sft": _sft, "eval": _eval, "bench": _bench, "report": _report, "serve": _serve,
             "prepare-model": _prepare_model}
 HELP = """usage: mentor-fast COMMAND [options]   (mentor-fast COMMAND --help for its options)
 
@@ -118,6 +143,7 @@ commands:
   sft            a supervised warm-up on the data's worked solutions (the demo's first stage)
   eval           sampled pass@k of a policy on held-out problems, optionally with a mentor hint
   bench          end-to-end step time of trainer variants (and TRL's), alternated, in fresh processes
+  report         redraw a run's report.png beside a baseline run; print the all-fail fraction per step
   serve          a vLLM rollout engine in a process of its own, for rollout.vllm_mode=server
   prepare-model  dequantize the embedded SmolLM2-135M-Instruct once into the cache
 

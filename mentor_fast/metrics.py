@@ -145,36 +145,90 @@ def read_metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def write_report(metrics_path: Path, out_png: Path, title: str = "") -> None:
-    """Reward and accuracy, the all-fail fraction of the initial rollouts, and with MENTOR the same
-    groups after its re-rolls were assembled, and its triggered and rescued groups per step. The
-    mentor's results are drawn at the step whose groups they helped (`mentor/hinted_step`: with
-    async MENTOR, step t's failures are re-rolled and reported at step t+1)."""
+def trailing_mean(values: list[float], weights: list[float], window: int) -> list[float]:
+    """Each point's mean over itself and the window - 1 points before it, weighted (by each step's
+    group count: a step that skipped prompts for re-rolls weighs less). Trailing, so a point never
+    sees later steps."""
+    out = []
+    for i in range(len(values)):
+        v, w = values[max(0, i - window + 1):i + 1], weights[max(0, i - window + 1):i + 1]
+        out.append(sum(x * c for x, c in zip(v, w)) / sum(w) if sum(w) else sum(v) / len(v))
+    return out
+
+
+def read_run(run: Path) -> tuple[str, list[dict], int]:
+    """A run folder's label (its method), metrics rows and jump step (-1: none), from its metrics.jsonl
+    and the resolved config.yaml beside it. A step logged twice (a resumed run trains again the steps
+    after its checkpoint) keeps its last row."""
+    import yaml
+
+    rows = sorted({r["step"]: r for r in read_metrics(run / "metrics.jsonl")}.values(), key=lambda r: r["step"])
+    cfg_path = run / "config.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else {}
+    method = str(cfg.get("method", "auto"))
+    if method == "auto":
+        method = "mentor" if cfg.get("mentor", {}).get("enable") or any("mentor/triggered" in r for r in rows) else "grpo"
+    label = {"mentor": "MENTOR", "grpo": "vanilla GRPO"}.get(method, method)
+    return label, rows, int(cfg.get("data", {}).get("jump_step", -1))
+
+
+def all_fail_curve(rows: list[dict], jump_step: int, window: int) -> tuple[list[int], list[float], list[float]]:
+    """Steps, the initial (unhinted) rollouts' all-fail fraction, and its trailing mean over `window`
+    steps, restarted at the jump so that easy steps do not dilute the first jumped ones."""
+    pts = [(r["step"], r["groups/all_fail_frac"], r.get("groups/count", 1.0)) for r in rows
+           if "groups/all_fail_frac" in r]
+    steps = [s for s, _, _ in pts]
+    raw = [f for _, f, _ in pts]
+    cut = next((i for i, s in enumerate(steps) if 0 <= jump_step <= s), len(steps))
+    smooth = []
+    for lo, hi in ((0, cut), (cut, len(steps))):
+        smooth += trailing_mean(raw[lo:hi], [c for _, _, c in pts[lo:hi]], window)
+    return steps, raw, smooth
+
+
+def all_fail_table(runs: list[tuple[str, list[dict], int]], window: int) -> str:
+    """Per step, each run's unhinted all-fail fraction and its trailing mean, as text."""
+    curves = []
+    for _, rows, jump in runs:
+        steps, raw, smooth = all_fail_curve(rows, jump, window)
+        curves.append({s: (r, m) for s, r, m in zip(steps, raw, smooth)})
+    head = "step" + "".join(f"  {label + ' all-fail':>22} {f'{window}-step mean':>12}" for label, _, _ in runs)
+    lines = [head]
+    for step in sorted({s for c in curves for s in c}):
+        cells = [c.get(step) for c in curves]
+        lines.append(f"{step:>4}" + "".join(f"  {v[0]:>22.2f} {v[1]:>12.2f}" if v else f"  {'-':>22} {'-':>12}"
+                                             for v in cells))
+    return "\n".join(lines)
+
+
+def write_report(metrics_path: Path, out_png: Path, title: str = "", baseline: Path | None = None,
+                 window: int = 4) -> None:
+    """Reward and accuracy, the all-fail fraction of the initial rollouts (raw and its trailing mean
+    over `window` steps), and with MENTOR the same groups after its re-rolls were assembled, and its
+    triggered and rescued groups per step. `baseline`, another run's folder (e.g. vanilla GRPO from
+    the same seed), is drawn beside it. The mentor's results are drawn at the step whose groups they
+    helped (`mentor/hinted_step`: with async MENTOR, step t's failures are re-rolled and reported at
+    step t+1)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(metrics_path)
+    label, rows, jump = read_run(Path(metrics_path).parent)
+    other = read_run(baseline) if baseline is not None else None
     mentor = [r for r in rows if "mentor/triggered" in r]
-    fig, axes = plt.subplots(1, 3 if mentor else 2, figsize=(14 if mentor else 9.5, 3.8))
-    series = lambda key: [(r["step"], r[key]) for r in rows if key in r]
+    fig, axes = plt.subplots(1, 3 if mentor else 2, figsize=(15 if mentor else 10, 4.2))
+    series = lambda rs, key: [(r["step"], r[key]) for r in rs if key in r]
     ax = axes[0]
-    for key, label in (("reward/mean", "reward"), ("acc", "accuracy")):
-        if pts := series(key):
-            ax.plot(*zip(*pts), marker="o", ms=3, label=label)
-    if pts := series("eval/pass@1"):
+    for key, name in (("reward/mean", "reward"), ("acc", "accuracy")):
+        if pts := series(rows, key):
+            ax.plot(*zip(*pts), marker="o", ms=3, label=f"{label} {name}" if other else name)
+    if other and (pts := series(other[1], "acc")):
+        ax.plot(*zip(*pts), marker="o", ms=3, color="black", ls="--", label=f"{other[0]} accuracy")
+    if pts := series(rows, "eval/pass@1"):
         ax.plot(*zip(*pts), marker="s", ms=4, label="held-out pass@1")
-    ax.set_title("reward")
-    ax = axes[1]
-    if pts := series("groups/all_fail_frac"):
-        ax.plot(*zip(*pts), marker="o", ms=3, color="tab:red", label="initial rollouts")
-    after = [(r.get("mentor/hinted_step", r["step"]), r["groups/all_fail_frac_after_mentor"])
-             for r in mentor if "groups/all_fail_frac_after_mentor" in r]
-    if after:
-        ax.plot(*zip(*after), marker="x", ms=4, color="tab:blue", label="after MENTOR's re-rolls")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title("groups whose rollouts all fail")
+    ax.set_title("reward (initial rollouts)")
+    _draw_all_fail(axes[1], (label, rows, jump), other, mentor, window)
     if mentor:
         ax = axes[2]
         steps = [r.get("mentor/hinted_step", r["step"]) for r in mentor]
@@ -185,13 +239,33 @@ def write_report(metrics_path: Path, out_png: Path, title: str = "") -> None:
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        if jump >= 0:
+            ax.axvline(jump - 0.5, color="gray", ls=":", lw=1)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
+
+
+def _draw_all_fail(ax, run, other, mentor: list[dict], window: int) -> None:
+    """The unhinted all-fail fraction of the run (and of `other`), raw and as a trailing mean; with
+    MENTOR, the same groups after its re-rolls."""
+    for (label, rows, jump), color in ((run, "tab:red"), *(((other, "black"),) if other else ())):
+        steps, raw, smooth = all_fail_curve(rows, jump, window)
+        if steps:
+            ax.plot(steps, raw, marker="o", ms=3, lw=0.8, alpha=0.4, color=color)
+            ax.plot(steps, smooth, lw=2.2, color=color, label=f"{label}, unhinted ({window}-step mean)")
+    after = [(r.get("mentor/hinted_step", r["step"]), r["groups/all_fail_frac_after_mentor"])
+             for r in mentor if "groups/all_fail_frac_after_mentor" in r]
+    if after:
+        ax.plot(*zip(*after), ls="", marker="x", ms=4, color="tab:blue", label="after MENTOR's re-rolls")
+    if run[2] >= 0:
+        ax.text(run[2] - 0.3, 1.0, "jump", fontsize=7, color="gray", ha="right", va="top")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("groups whose rollouts all fail")
 
 
 def group_metrics(groups: list[Group], dist: Dist | None = None) -> dict[str, float]:
