@@ -47,7 +47,10 @@ for seed in $(seq "$FIRST" "$LAST"); do
         echo "run_seeds: seed $seed, $arm ($(date +%T))"
         (cd "$CODE" && PYTHONPATH="$CODE" "$PY" experiments/collapse.py --seeds $((seed + 1)) --first-seed "$seed" \
             --arms "$arm" --out "$RUNS" --reuse --results "$ROOT/$RESULTS" "$@")
-        git -C "$ROOT" add "$RESULTS"
-        git -C "$ROOT" commit -q -m "$(basename "$RESULTS"), seed $seed: $arm" -- "$RESULTS"
+        for try in 1 2 3 4 5 6; do  # another commit in this checkout may hold git's index lock
+            git -C "$ROOT" add "$RESULTS" && git -C "$ROOT" commit -q -m "$(basename "$RESULTS"), seed $seed: $arm" \
+                -- "$RESULTS" && break
+            sleep 10
+        done
     done
 done
