@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mentor_fast.mentor import Intervention, Mentor, Rerolls, assemble_rescues
+from mentor_fast.mentor import Mentor
 from mentor_fast.mentor.report import dump_row
 from mentor_fast.mentor.testing import (
     HEADER,
@@ -19,6 +19,7 @@ from mentor_fast.mentor.testing import (
     mentor_config,
     scripted_generate,
 )
+from mentor_fast.recovery import Intervention, Rerolls, assemble_rescues
 from mentor_fast.rollout.base import SamplingParams
 from mentor_fast.types import Hint, Problem
 

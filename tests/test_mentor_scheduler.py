@@ -3,8 +3,8 @@
 import json
 
 from mentor_fast.config import TriggerConfig
-from mentor_fast.mentor import CollapseDetector, Scheduler
 from mentor_fast.mentor.testing import ladder_problem, make_group
+from mentor_fast.recovery import CollapseDetector, Scheduler
 
 WRONG, RIGHT = "so \\boxed{1}", "so \\boxed{303}"
 

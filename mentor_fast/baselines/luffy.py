@@ -35,9 +35,9 @@ from typing import Any
 from mentor_fast.algo.assemble import LossMode, assemble_groups
 from mentor_fast.config import MentorLossConfig, RunConfig
 from mentor_fast.dist import Dist
-from mentor_fast.mentor.rescue import treat
-from mentor_fast.mentor.scheduler import Scheduler, every_rank
 from mentor_fast.method import MethodContext, RolloutPlan
+from mentor_fast.recovery.rescue import treat
+from mentor_fast.recovery.scheduler import Scheduler, every_rank
 from mentor_fast.sft import sft_target
 from mentor_fast.types import Group, Problem, Rollout
 

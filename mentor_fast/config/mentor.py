@@ -12,7 +12,7 @@ from mentor_fast.kernels.settings import Range
 
 @dataclass
 class TriggerConfig:
-    """When MENTOR steps in, for how many groups, and at which hint level (mentor/scheduler.py)."""
+    """When MENTOR steps in, for how many groups, and at which hint level (recovery/scheduler.py)."""
 
     max_groups_frac: Annotated[float, Range(ge=0, le=1)] = 0.5
     """Share of a step's groups the mentor may take (all-fail groups only)."""
@@ -95,7 +95,7 @@ class RerollSchedule(StrEnum):
 
 @dataclass
 class RerollConfig:
-    """How and when the policy re-tries a hinted group (mentor/rerolls.py, mentor/method.py)."""
+    """How and when the policy re-tries a hinted group (recovery/rerolls.py, mentor/method.py)."""
 
     count: Annotated[int, Range(ge=1)] = 4
     """M: re-rolls per hinted group per round (loss.mode=group uses G)."""

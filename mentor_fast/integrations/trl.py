@@ -193,7 +193,7 @@ def start_log(path: Path, resumed_at: int) -> None:
 
 
 class TrlPrompts:
-    """The PromptBuilder contract (`encode(problem, hint) -> ids`, mentor/rerolls.py) over TRL's own
+    """The PromptBuilder contract (`encode(problem, hint) -> ids`, recovery/rerolls.py) over TRL's own
     tokenization (`_tokenize_prompts`: the trainer's chat template and its kwargs)."""
 
     def __init__(self, trainer: Any) -> None:
@@ -306,7 +306,7 @@ class MentorRollout:
             start_log(Path(trainer.args.output_dir) / "mentor.jsonl", resumed_at)
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain data: the training calls made and the scheduler's state (mentor/scheduler.py)."""
+        """Plain data: the training calls made and the scheduler's state (recovery/scheduler.py)."""
         return {"calls": self.calls, "mentor": self.mentor.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -6,10 +6,10 @@ Build from the config: `Mentor.from_config(cfg.mentor, builder, engine=..., toke
 `write_hints`, then `reroll` + `finish` on the step's `HintedStep`). The trainer uses it through
 `MentorMethod` (method.py), which decides when each part runs and holds the hints in flight.
 
-The package by concern: orchestration here (method.py, pipeline.py, scheduler.py), re-roll rounds
-and the assembly of rescued groups for any method with hints (rerolls.py, rescue.py), what the
-mentor reads and returns (cases.py, diagnosis.py), the leak guard (guard.py), the writers
-(writers/, built by backends.py), and one registry entry per task (tasks/).
+The package by concern: orchestration here (method.py, pipeline.py), what the mentor reads and
+returns (cases.py, diagnosis.py), the leak guard (guard.py), the writers (writers/, built by
+backends.py), and one registry entry per task (tasks/). Scheduling, re-roll rounds and the assembly
+of rescued groups are any method's (mentor_fast/recovery/).
 """
 
 from mentor_fast.mentor.backends import BACKENDS, BackendKind, as_agents, build_backend
@@ -17,12 +17,8 @@ from mentor_fast.mentor.cases import FailureCase
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis
 from mentor_fast.mentor.guard import LEAK_GATES, GuardVerdict, LeakGuard, check_hint, leaks_answer
-from mentor_fast.mentor.intervention import Intervention
 from mentor_fast.mentor.method import SCHEDULES, MentorMethod
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
-from mentor_fast.mentor.rerolls import RerollRequest, Rerolls
-from mentor_fast.mentor.rescue import assemble_rescues
-from mentor_fast.mentor.scheduler import CollapseDetector, Scheduler, StepPlan
 from mentor_fast.mentor.tasks import TASKS, Task, TaskKind, task_for
 from mentor_fast.mentor.writers.base import Agents, Failed, MentorBackend
 from mentor_fast.mentor.writers.llm import LLMAgents
@@ -38,14 +34,12 @@ __all__ = [
     "TASKS",
     "Agents",
     "BackendKind",
-    "CollapseDetector",
     "Counts",
     "Diagnosis",
     "Failed",
     "FailureCase",
     "GuardVerdict",
     "HintedStep",
-    "Intervention",
     "LLMAgents",
     "LeakGuard",
     "LocalBackend",
@@ -54,16 +48,11 @@ __all__ = [
     "MentorMethod",
     "MentorOutcome",
     "OpenAIBackend",
-    "RerollRequest",
-    "Rerolls",
-    "Scheduler",
     "SelfBackend",
-    "StepPlan",
     "Task",
     "TaskKind",
     "WorkedSolutions",
     "as_agents",
-    "assemble_rescues",
     "build_backend",
     "check_hint",
     "cold_hint",

@@ -40,9 +40,9 @@ from mentor_fast.config.mentor import RerollSchedule
 from mentor_fast.dist import Dist
 from mentor_fast.mentor.backends import BackendKind
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
-from mentor_fast.mentor.rerolls import RerollRequest
-from mentor_fast.mentor.scheduler import every_rank
 from mentor_fast.method import MethodContext, RolloutPlan
+from mentor_fast.recovery.rerolls import RerollRequest
+from mentor_fast.recovery.scheduler import every_rank
 from mentor_fast.types import Group, GroupSummary, Problem, Rollout, Sample
 
 

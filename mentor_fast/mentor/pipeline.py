@@ -17,16 +17,16 @@ from mentor_fast.config import MentorConfig
 from mentor_fast.mentor.backends import as_agents, build_backend
 from mentor_fast.mentor.cases import FailureCase
 from mentor_fast.mentor.guard import LeakGuard
-from mentor_fast.mentor.intervention import Intervention
-from mentor_fast.mentor.levels import MAX_LEVEL
 from mentor_fast.mentor.report import dump_row, step_metrics
-from mentor_fast.mentor.rerolls import GenerateFn, RerollRequest, Rerolls, ScoreFn
-from mentor_fast.mentor.rescue import assemble_rescues
-from mentor_fast.mentor.scheduler import Scheduler, StepPlan
 from mentor_fast.mentor.tasks import TaskKind
 from mentor_fast.mentor.writers.base import Agents, Failed, MentorBackend
 from mentor_fast.mentor.writers.blind import BlindAgents
 from mentor_fast.mentor.writers.solutions import WorkedSolutions
+from mentor_fast.recovery.intervention import Intervention
+from mentor_fast.recovery.levels import MAX_LEVEL
+from mentor_fast.recovery.rerolls import GenerateFn, RerollRequest, Rerolls, ScoreFn
+from mentor_fast.recovery.rescue import assemble_rescues
+from mentor_fast.recovery.scheduler import Scheduler, StepPlan
 from mentor_fast.types import Group, GroupSummary, Hint, Sample
 
 
@@ -183,7 +183,7 @@ class Mentor:
     def reroll(self, hinted: HintedStep, generate_fn: GenerateFn, score_fn: ScoreFn, params: Any,
                policy_version: int | None = None,
                first: tuple[RerollRequest, list[list[Sample]]] | None = None) -> None:
-        """Re-roll the step's hinted groups (mentor/rerolls.py; a group with no success gets the next
+        """Re-roll the step's hinted groups (recovery/rerolls.py; a group with no success gets the next
         level's hint), and record each outcome in the scheduler's memory. `first`: round 0
         generated elsewhere (see `first_round`)."""
         t0 = time.monotonic()

@@ -6,8 +6,8 @@ from collections import Counter
 from typing import Any
 
 from mentor_fast.mentor.cases import truncate_middle
-from mentor_fast.mentor.intervention import Intervention
-from mentor_fast.mentor.scheduler import StepPlan
+from mentor_fast.recovery.intervention import Intervention
+from mentor_fast.recovery.scheduler import StepPlan
 from mentor_fast.types import Group
 
 

@@ -1,17 +1,19 @@
 """One all-fail group a method took on, and everything that happened to it: its hints, the guard's
 verdicts, its re-roll rounds and whether one rescued it. MENTOR fills in the diagnosis side
 (`case`, `diagnosis`, `verdicts`); a method with hints of another origin (the data's) leaves it
-empty and uses the rest as is (mentor/rerolls.py, mentor/rescue.py)."""
+empty and uses the rest as is (rerolls.py, rescue.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mentor_fast.algo.assemble import LossMode
-from mentor_fast.mentor.cases import FailureCase
-from mentor_fast.mentor.diagnosis import Diagnosis
 from mentor_fast.types import Group, Hint, Rollout
+
+if TYPE_CHECKING:  # MENTOR's side of an intervention; nothing here reads it
+    from mentor_fast.mentor.cases import FailureCase
+    from mentor_fast.mentor.diagnosis import Diagnosis
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 
 from mentor_fast.algo.assemble import LossMode
 from mentor_fast.config import RerollConfig
-from mentor_fast.mentor.intervention import Intervention
+from mentor_fast.recovery.intervention import Intervention
 from mentor_fast.types import Rollout, Sample
 
 GenerateFn = Callable[[list[list[int]], Any], list[list[Sample]]]  # (prompts, SamplingParams) -> [B][n]

@@ -9,7 +9,7 @@ import dataclasses
 
 from mentor_fast.algo.assemble import LossMode, assemble_groups
 from mentor_fast.config import MentorLossConfig
-from mentor_fast.mentor.intervention import Intervention
+from mentor_fast.recovery.intervention import Intervention
 from mentor_fast.types import ExtraTerm, Group, TokenWeighting
 
 

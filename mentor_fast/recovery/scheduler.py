@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mentor_fast.config import TriggerConfig
-from mentor_fast.mentor.levels import MAX_LEVEL, MIN_LEVEL
+from mentor_fast.recovery.levels import MAX_LEVEL, MIN_LEVEL
 from mentor_fast.types import Group, GroupSummary
 
 
