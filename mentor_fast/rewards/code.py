@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mentor_fast.rewards.judge import JudgeRun, judge
-from mentor_fast.rewards.math import Status, Verdict
 from mentor_fast.rewards.sandbox import Isolation, Limits, SandboxError, detect
+from mentor_fast.rewards.verdict import Status, Verdict
 from mentor_fast.types import Problem
 
 if TYPE_CHECKING:

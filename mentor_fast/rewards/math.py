@@ -23,36 +23,9 @@ import functools
 import math
 import re
 import threading
-from dataclasses import dataclass
-from typing import Any
 
 from mentor_fast.answers import has_boxed, last_boxed
-from mentor_fast.compat import StrEnum
-
-
-class Status(StrEnum):
-    OK = "ok"  # an answer was parsed and compared (correct or not)
-    NO_ANSWER = "no_answer"  # nothing that looks like an answer
-    UNPARSEABLE = "unparseable"  # an answer string was found but is not valid math
-    TIMEOUT = "timeout"  # math-verify's own timeout, or the pool's wall-clock kill
-    ERROR = "error"  # math-verify/sympy raised on this input (type in Verdict.error)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One checked completion; `note` is what the mentor's diagnoser reads."""
-
-    correct: bool
-    extracted: str | None  # the answer text that was compared, None if nothing was extracted
-    note: str  # "extracted 12, expected 15", "no \\boxed answer; ...", "unparseable answer ..."
-    status: Status = Status.OK
-    error: str = ""  # exception type name for ERROR / TIMEOUT
-    detail: Any = None  # structured result (code: a CodeResult), copied to Rollout.verifier_detail
-
-    @property
-    def parse_error(self) -> bool:
-        return self.status in (Status.UNPARSEABLE, Status.ERROR)
-
+from mentor_fast.rewards.verdict import Status, Verdict
 
 # What math-verify/latex2sympy/sympy raise on hostile input when asked to (raise_on_error=True):
 # malformed expressions (ValueError incl. SympifyError, TypeError), overflow and division

@@ -28,7 +28,8 @@ from multiprocessing.connection import Connection, wait
 
 from mentor_fast.compat import Self
 from mentor_fast.rewards.forkserver import Forked, ForkServer, ForkServerError
-from mentor_fast.rewards.math import Status, Verdict, verify
+from mentor_fast.rewards.math import verify
+from mentor_fast.rewards.verdict import Status, Verdict
 from mentor_fast.types import Problem
 
 _START_TIMEOUT_S = 120.0  # a worker that cannot warm up in this long is an error

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from mentor_fast.compat import Self, StrEnum
 from mentor_fast.config import RewardConfig
 from mentor_fast.rewards.code import CodeVerifier
-from mentor_fast.rewards.math import Status, Verdict
 from mentor_fast.rewards.pool import MathVerifierPool
+from mentor_fast.rewards.verdict import Status, Verdict
 from mentor_fast.types import Problem, Rollout
 
 log = logging.getLogger(__name__)
