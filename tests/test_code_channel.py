@@ -1,5 +1,5 @@
 """The channel between a program and its checker against the first set of forgeries, and the
-processes around it (rewards/checker.py, runner.py, wire.py, judge.py).
+processes around it (rewards/inside/checker.py, runner.py, wire.py, rewards/judge.py).
 
 Descriptor spraying, frame walking, reading the tests from memory and files, always-equal objects,
 a fake verdict then an exit, signals and ptrace, malformed frames and a closed channel, shadowed
@@ -109,7 +109,7 @@ FRAME_FORGERIES = {
         "    if 'Server' in g:\n        g['Server'].reply = lambda self, **kw: __import__('os').write(self.send_fd, "
         "b'{\"passed\": true}\\n')\n" f"{HONEST}"),
     "runner_module_answers_true_to_everything": (
-        "import sys\nrunner = sys.modules['mentor_fast.rewards.runner']\n"
+        "import sys\nrunner = sys.modules['mentor_fast.rewards.inside.runner']\n"
         "runner.wire.Encoder.encode = lambda self, value, top=False: 'true'\n" f"{HONEST}"),
 }
 

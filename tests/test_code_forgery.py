@@ -1,4 +1,4 @@
-"""Programs that try to forge a pass instead of solving, second set (rewards/checker.py, channel.py,
+"""Programs that try to forge a pass instead of solving, second set (rewards/inside/checker.py, channel.py,
 runner.py, wire.py, decoder.py, seccomp.py), written after reading the redesigned checker.
 
 One test per class, each hostile program in both styles (plain asserts on the program's name, and

@@ -176,7 +176,7 @@ def test_the_seccomp_filter_decides_each_call_as_documented(arch):
     also runs for real in tests/test_code_forgery.py): locks return 0 and do nothing, the calls
     whose state crosses namespaces fail with EPERM, everything else is allowed, and a call of
     another ABI fails with ENOSYS."""
-    from mentor_fast.rewards import seccomp
+    from mentor_fast.rewards.inside import seccomp
 
     audit, nr, _ = seccomp._ARCHES[arch]
     insns = seccomp.program(arch)

@@ -1,7 +1,7 @@
 """Code rewards: run a program in its sandbox and its tests in a checker beside it, and say what happened.
 
 `run_tests(program, tests, timeout_s)` runs `program` in a sandboxed process of its own
-(rewards/sandbox.py) and `tests` in a separate checker process (rewards/checker.py, judge.py).
+(rewards/sandbox.py) and `tests` in a separate checker process (rewards/inside/checker.py, judge.py).
 The tests call the program's functions through a channel that carries plain data only, and
 compare in the checker, so nothing the program does in its own process can decide the verdict.
 Passed means the tests ran to their end without an exception and the channel stayed sound; the

@@ -1,5 +1,5 @@
-"""One program judged: its sandboxed process (sandbox.py, runner.py) and a checker process
-(checker.py), joined by two pipes that carry plain data; the verdict comes back to the trainer on a
+"""One program judged: its sandboxed process (sandbox.py, inside/runner.py) and a checker process
+(inside/checker.py), joined by two pipes that carry plain data; the verdict comes back to the trainer on a
 socket that only the checker holds.
 
     trainer --program on stdin--> program's process (namespaces, rlimits, its own root)
@@ -32,7 +32,7 @@ from mentor_fast.rewards.sandbox import Isolation, Limits
 _GRACE_S = 1.0  # after the channel ended: how long the program's process may take to exit
 CHECKER_MODULES = ("wire", "decoder", "channel", "checker")  # what the checker's zygote loads
 CHECKER_BOOT = sandbox.LOADER + (
-    "import os\nfrom mentor_fast.rewards import checker\n"
+    "import os\nfrom mentor_fast.rewards.inside import checker\n"
     "os.dup2(os.open(os.devnull, os.O_RDONLY), 0)\nchecker.zygote(int(sys.argv[1]))\n")
 
 

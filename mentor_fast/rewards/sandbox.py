@@ -5,7 +5,7 @@ Isolation (`unshare` from util-linux, detected at start; `Isolation.NONE` only w
   signal or trace the trainer or the checker), and no network: the namespace's loopback is down,
   so even 127.0.0.1 is unreachable. When the namespace's first process ends, the kernel kills
   every process in it, so nothing the program started (a setsid daemon included) outlives the call.
-- Filesystem (isolate.py): a root of its own that shows the interpreter's installation and the
+- Filesystem (inside/isolate.py): a root of its own that shows the interpreter's installation and the
   system directories read-only, and nothing else: no checkout, no virtual environment, no
   site-packages (so no dataset a package ships), no home. /tmp and /dev/shm are fresh tmpfs
   mounts of the namespace; the program runs in WORKDIR there.
@@ -14,7 +14,7 @@ Isolation (`unshare` from util-linux, detected at start; `Isolation.NONE` only w
   sandbox's beside it, so per-user tables such as RLIMIT_NPROC's count are its own); under an
   unprivileged user namespace it enters a nested one. Either way it holds no capability over the
   mounts, and RLIMIT_NPROC counts against a uid that is not root's.
-- System calls (seccomp.py): those whose state crosses namespaces (file locks on the files every
+- System calls (inside/seccomp.py): those whose state crosses namespaces (file locks on the files every
   sandbox shows, inotify, leases, keyrings, io_uring) do nothing or fail, so programs running side
   by side cannot signal each other through them.
 - Environment: empty. Limits (rlimits): address space, CPU seconds, file size, processes, open
@@ -22,8 +22,8 @@ Isolation (`unshare` from util-linux, detected at start; `Isolation.NONE` only w
 - Timeout: wall clock; the whole namespace is killed (SIGKILL) when it runs out (judge.py).
 
 The process holds its stdout, its stderr and the two ends of its channel to the checker, and
-nothing else: the checker, the tests and the verdict live in another process (checker.py). Its
-code (runner.py, isolate.py, wire.py) arrives compiled on stdin, followed by the program's text.
+nothing else: the checker, the tests and the verdict live in another process (inside/checker.py).
+Its code (RUNNER_MODULES of inside/) arrives compiled on stdin, followed by the program's text.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from functools import cache
 from pathlib import Path
 
 from mentor_fast.compat import StrEnum
+from mentor_fast.rewards import inside
 
 WORKDIR = "/tmp/work"  # inside the namespace, on its own tmpfs
 _UIDS, _UIDS_SPAN = 1 << 20, (1 << 31) - (1 << 20)  # a sandbox's uid as host root: above any account's
@@ -70,18 +71,18 @@ class Limits:
     output_bytes: int = 64 * 1024  # per stream
 
 
-# Loads modules from a marshalled list of (name, code) on stdin as mentor_fast.rewards.<name>
+# Loads modules from a marshalled list of (name, code) on stdin as mentor_fast.rewards.inside.<name>
 # (the sandbox may not see the checkout, and compiling them at every start would cost milliseconds).
 LOADER = r'''
 import marshal, sys
 def _load(blob):
-    for pkg in ("mentor_fast", "mentor_fast.rewards"):
+    for pkg in ("mentor_fast", "mentor_fast.rewards", "mentor_fast.rewards.inside"):
         sys.modules[pkg] = module = type(sys)(pkg)
         module.__path__ = []
     for name, code in marshal.loads(blob):
-        module = type(sys)("mentor_fast.rewards." + name)
+        module = type(sys)("mentor_fast.rewards.inside." + name)
         sys.modules[module.__name__] = module
-        setattr(sys.modules["mentor_fast.rewards"], name, module)
+        setattr(sys.modules["mentor_fast.rewards.inside"], name, module)
         exec(code, module.__dict__)
 _load(sys.stdin.buffer.read(int.from_bytes(sys.stdin.buffer.read(8), "little")))
 '''
@@ -94,7 +95,7 @@ _stdin = _socket.socket(fileno=0)
 _, _rights, _, _ = _stdin.recvmsg(1, _socket.CMSG_SPACE(8))
 _stdin.detach()
 _fds = [int.from_bytes(d[i:i + 4], sys.byteorder, signed=True) for _, _, d in _rights for i in range(0, len(d) - 3, 4)]
-''' + LOADER + "from mentor_fast.rewards import runner\nrunner.main(sys.argv[1], _fds)\n"
+''' + LOADER + "from mentor_fast.rewards.inside import runner\nrunner.main(sys.argv[1], _fds)\n"
 
 
 RUNNER_MODULES = ("wire", "decoder", "isolate", "seccomp", "runner")  # what the program's process loads
@@ -102,8 +103,8 @@ RUNNER_MODULES = ("wire", "decoder", "isolate", "seccomp", "runner")  # what the
 
 @cache
 def code_blob(names: tuple[str, ...]) -> bytes:
-    """The compiled modules `names` (files beside this one), length-prefixed, for LOADER."""
-    here = Path(__file__).resolve().parent
+    """The compiled modules `names` of the inside package, length-prefixed, for LOADER."""
+    here = Path(inside.__file__).resolve().parent
     codes = [(n, compile((here / f"{n}.py").read_text(), str(here / f"{n}.py"), "exec")) for n in names]
     blob = marshal.dumps(codes)
     return len(blob).to_bytes(8, "little") + blob
@@ -112,7 +113,7 @@ def code_blob(names: tuple[str, ...]) -> bytes:
 @cache
 def hidden_paths() -> tuple[str, ...]:
     """Where this interpreter finds packages and data, covered inside the sandbox wherever they fall
-    inside what it shows (isolate.py): site- and dist-packages, the virtual environment, the checkout,
+    inside what it shows (inside/isolate.py): site- and dist-packages, the virtual environment, the checkout,
     the working directory. Never a directory that holds the interpreter or the system's."""
     base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
     keep = [os.path.realpath(p) for p in (base["stdlib"], base["platstdlib"], sys.base_prefix)]
@@ -189,7 +190,7 @@ def start(program: str, limits: Limits, prefix: list[str], userns: bool, recv_fd
 
 def probe(prefix: list[str], userns: bool, timeout_s: float = 10.0) -> tuple[bool, str]:
     """Whether a sandboxed `pass` comes up and says it is ready, and if not, why."""
-    from mentor_fast.rewards import wire
+    from mentor_fast.rewards.inside import wire
 
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()

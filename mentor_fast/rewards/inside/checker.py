@@ -33,8 +33,8 @@ import resource
 import signal
 import sys
 
-from mentor_fast.rewards import wire
-from mentor_fast.rewards.channel import Channel, Fault, ProgramObject, Remote, Unsupported, source_line
+from mentor_fast.rewards.inside import wire
+from mentor_fast.rewards.inside.channel import Channel, Fault, ProgramObject, Remote, Unsupported, source_line
 
 _LOADS = frozenset({"LOAD_NAME", "LOAD_GLOBAL", "LOAD_FROM_DICT_OR_GLOBALS"})
 _STORES = frozenset({"STORE_NAME", "STORE_GLOBAL", "DELETE_NAME", "DELETE_GLOBAL"})

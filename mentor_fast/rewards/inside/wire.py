@@ -1,7 +1,7 @@
 """Plain data between a program's process and its checker: the one encoding both ends speak.
 
-Sandbox side and checker side alike: both processes load this file (the checker as a module, the
-sandbox from its compiled code, rewards/sandbox.py), so it imports the standard library only.
+Sandbox side and checker side alike: both processes load this file from its compiled code
+(rewards/sandbox.py's LOADER), so it imports the standard library only.
 
 A value travels as JSON text. None, bool, int, float and str are JSON's own literals; anything
 else is a two-element array [tag, payload]:

@@ -25,8 +25,8 @@ import _thread
 import builtins
 import sys
 
-from mentor_fast.rewards import wire
-from mentor_fast.rewards.decoder import Decoder
+from mentor_fast.rewards.inside import wire
+from mentor_fast.rewards.inside.decoder import Decoder
 
 _KINDS = ("call", "class", "value", "module", "object")
 _REPLY = {"ok", "raise", "refused"}

@@ -34,8 +34,8 @@ import os
 import resource
 import sys
 
-from mentor_fast.rewards import wire
-from mentor_fast.rewards.decoder import Decoder
+from mentor_fast.rewards.inside import wire
+from mentor_fast.rewards.inside.decoder import Decoder
 
 _OUTPUT = 4 << 20  # characters of a script's printed output sent back
 
@@ -46,10 +46,10 @@ def main(spec_text: str, channel: list[int]) -> None:
     spec = wire.parse(spec_text)
     recv_fd, send_fd = channel
     if spec["isolate"]:
-        from mentor_fast.rewards import isolate
+        from mentor_fast.rewards.inside import isolate
 
         isolate.build_root(spec)
-    from mentor_fast.rewards import seccomp
+    from mentor_fast.rewards.inside import seccomp
 
     try:
         seccomp.install()

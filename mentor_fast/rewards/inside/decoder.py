@@ -12,7 +12,15 @@ from __future__ import annotations
 import builtins
 import sys
 
-from mentor_fast.rewards.wire import _FACTORIES, MAX_DEPTH, MAX_FRAME, MAX_HEX, MAX_ITEMS, Malformed, Table
+from mentor_fast.rewards.inside.wire import (
+    _FACTORIES,
+    MAX_DEPTH,
+    MAX_FRAME,
+    MAX_HEX,
+    MAX_ITEMS,
+    Malformed,
+    Table,
+)
 
 _NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
 

@@ -1,7 +1,7 @@
 """The program's view of the machine, set up inside its namespaces before the program runs.
 
 The process starts as the first process of fresh mount, PID, network, IPC and UTS namespaces
-(`unshare`, see sandbox.py). Here it builds a root of its own on a tmpfs and pivots into it:
+(`unshare`, see rewards/sandbox.py). Here it builds a root of its own on a tmpfs and pivots into it:
 
 - read-only binds of what an interpreter needs: its installation (sys.base_prefix) and the system
   directories /usr, /bin, /sbin, /lib*, /etc; symlinks where the host has symlinks;
