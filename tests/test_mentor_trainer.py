@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from helpers import comparable
 
+from mentor_fast.checkpoint import latest_checkpoint
 from mentor_fast.config import ConfigError, load_config
 from mentor_fast.mentor import leaks_answer
 from mentor_fast.metrics import read_metrics
+from mentor_fast.recovery.plain import is_plain
 from mentor_fast.trainer import Trainer
 
 MENTOR_KEYS = [
@@ -58,6 +61,11 @@ def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={full}", "trainer.max_steps=4", *over])).fit()
     Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={part}", "trainer.max_steps=2", *over])).fit()
+    # the method's state is plain data: it resumes the same after a JSON round trip
+    [rank_file] = (latest_checkpoint(part / "checkpoints") / "ranks").glob("rank_*.pt")
+    saved = torch.load(rank_file, weights_only=False)
+    assert is_plain(saved["method"]) and saved["method"]["pending"]["interventions"]
+    torch.save({**saved, "method": json.loads(json.dumps(saved["method"]))}, rank_file)
     Trainer(load_config(["configs/tiny_test.yaml"], [f"output_dir={part}", "trainer.max_steps=4", *over]),
             resume="auto").fit()
     a, b = read_metrics(full / "metrics.jsonl"), read_metrics(part / "metrics.jsonl")

@@ -233,8 +233,7 @@ class MentorMethod:
             hinted: HintedStep = self._pending.result()[0]
             counts = self.mentor.backend_counts
             # a background round's samples are not kept: a resumed run re-rolls in the next call
-            pending = {"interventions": hinted.interventions, "groups": hinted.groups, "step": hinted.step,
-                       "plan": hinted.plan, "counts": counts.snapshot() if counts is not None else None}
+            pending = {**hinted.state(), "counts": counts.snapshot() if counts is not None else None}
         return {"mentor": self.mentor.state_dict(), "pending": pending}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
@@ -243,7 +242,7 @@ class MentorMethod:
         self.mentor.load_state_dict(state["mentor"])
         pending = state.get("pending")
         if pending is not None:
-            hinted = HintedStep(pending["step"], pending["groups"], pending["plan"], pending["interventions"])
+            hinted = HintedStep.from_state(pending)
             self._pending = Future()
             self._pending.set_result((hinted, None, None))
             counts = self.mentor.backend_counts
@@ -261,8 +260,8 @@ class MentorMethod:
         merged = None
         if pending:
             merged = {**pending[0],
-                      "interventions": [iv for p in pending for iv in p["interventions"] if holds(iv.group.group_id)],
-                      "groups": [g for p in pending for g in p["groups"] if holds(g.group_id)]}
+                      "interventions": [iv for p in pending for iv in p["interventions"] if holds(iv["group"])],
+                      "groups": [g for p in pending for g in p["groups"] if holds(g["group_id"])]}
         return {"mentor": states[0]["mentor"], "pending": merged}
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ The mentor keeps no per-step state of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 from mentor_fast.config import MentorConfig
 from mentor_fast.mentor.backends import as_agents, build_backend
 from mentor_fast.mentor.cases import FailureCase
+from mentor_fast.mentor.diagnosis import Diagnosis
 from mentor_fast.mentor.guard import LeakGuard
 from mentor_fast.mentor.report import dump_row, step_metrics
 from mentor_fast.mentor.tasks import TaskKind
@@ -24,6 +26,7 @@ from mentor_fast.mentor.writers.blind import BlindAgents
 from mentor_fast.mentor.writers.solutions import WorkedSolutions
 from mentor_fast.recovery.intervention import Intervention
 from mentor_fast.recovery.levels import MAX_LEVEL
+from mentor_fast.recovery.plain import from_plain, to_plain
 from mentor_fast.recovery.rerolls import GenerateFn, RerollRequest, Rerolls, ScoreFn
 from mentor_fast.recovery.rescue import assemble_rescues
 from mentor_fast.recovery.scheduler import Scheduler, StepPlan
@@ -40,6 +43,27 @@ class HintedStep:
     groups: list[Group]
     plan: StepPlan
     interventions: list[Intervention]
+
+    def state(self) -> dict[str, Any]:
+        """Plain data (recovery/plain.py): the groups once, the plan and the interventions naming
+        theirs by group id."""
+        plan = to_plain(dataclasses.replace(self.plan, selected=[]))
+        plan["selected"] = [[g.group_id, level] for g, level in self.plan.selected]
+        ivs = []
+        for iv in self.interventions:
+            ivs.append({**to_plain(dataclasses.replace(iv, group=None)), "group": iv.group.group_id})
+        return {"step": self.step, "groups": to_plain(self.groups), "plan": plan, "interventions": ivs}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> HintedStep:
+        groups = from_plain(list[Group], state["groups"])
+        held = {g.group_id: g for g in groups}
+        # resumed on other ranks, the plan is rank 0's: it keeps the selected groups this rank holds
+        selected = [(held[gid], level) for gid, level in state["plan"]["selected"] if gid in held]
+        plan = from_plain(StepPlan, state["plan"], selected=selected)
+        ns = {"FailureCase": FailureCase, "Diagnosis": Diagnosis}  # intervention.py's, for type checking only
+        ivs = [from_plain(Intervention, d, ns, group=held[d["group"]]) for d in state["interventions"]]
+        return cls(state["step"], groups, plan, ivs)
 
 
 @dataclass
