@@ -4,7 +4,7 @@ K0 `group_advantages` / `token_advantages`, K1 `token_logprobs` / `token_logprob
 K2 `grpo_loss` (from hidden states, never materialising [N, V] logits) and
 `grpo_loss_from_logits` (for callers that hold logits), each with a plain-torch `*_ref` spec; the
 per-token objective they all compute is `objective.token_objective`. Dispatch: CUDA -> Triton row
-kernels; CPU -> chunked torch; `backend=` forces "triton" (interpreter on CPU), "torch" or "ref".
+kernels; CPU -> chunked torch; `backend=` forces "triton" (interpreter on CPU), "torch" or "reference".
 
 Names resolve on first use, so `from mentor_fast.kernels.enums import LossType` (what the config
 schema does) imports neither torch nor triton, and nothing here ever imports triton up front.
@@ -17,7 +17,7 @@ import importlib
 _EXPORTS = {
     "advantages": ["AGGREGATIONS", "aggregation_weights", "group_advantages", "group_advantages_ref", "sequence_weights",
                    "token_advantages"],
-    "enums": ["AdvEstimator", "Aggregation", "Backend", "KLEstimator", "LossType"],
+    "enums": ["AdvEstimator", "Aggregation", "Backend", "KLEstimator", "LossImpl", "LossType"],
     "grpo_logits": ["grpo_loss_from_logits", "grpo_loss_from_logits_ref"],
     "grpo_loss": ["grpo_loss", "grpo_loss_ref"],
     "logprobs": ["LogprobStats", "token_logprob_stats", "token_logprobs", "token_logprobs_ref"],
@@ -39,6 +39,7 @@ __all__ = [  # every name of _EXPORTS
     "KLEstimator",
     "LogprobStats",
     "LossConfig",
+    "LossImpl",
     "LossType",
     "Range",
     "TokenInputs",

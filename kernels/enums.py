@@ -49,12 +49,32 @@ class Aggregation(StrEnum):
 
 
 class Backend(StrEnum):
-    """Where the row work of the fused ops runs."""
+    """Where the row work of a loss or log-prob call runs (the `backend=` of the kernels)."""
 
     TRITON = "triton"  # Triton row kernels (+ cuBLAS GEMMs); on a CPU only under TRITON_INTERPRET=1
     GEMM = "gemm"  # a Triton LM-head GEMM with the row statistics in its epilogue (kernels/gemm_head.py)
     TORCH = "torch"  # chunked torch: the CPU default
-    REF = "ref"  # plain torch on materialised logits: the specification and the vanilla baseline
+    REFERENCE = "reference"  # plain torch on materialised logits: the specification and the vanilla baseline
+
+
+class LossImpl(StrEnum):
+    """How a run computes its loss (`loss.impl`): a backend, or the fused ops' choice of one."""
+
+    REFERENCE = "reference"
+    FUSED = "fused"
+    FUSED_GEMM = "fused_gemm"
+
+    @property
+    def backend(self) -> Backend | None:
+        """The kernels' `backend=` for this impl (None: chosen by the device, `resolve_backend`)."""
+        return IMPL_BACKENDS[self]
+
+
+IMPL_BACKENDS: dict[LossImpl, Backend | None] = {
+    LossImpl.REFERENCE: Backend.REFERENCE,
+    LossImpl.FUSED: None,
+    LossImpl.FUSED_GEMM: Backend.GEMM,
+}
 
 
 class ISMode(StrEnum):

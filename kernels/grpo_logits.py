@@ -193,7 +193,7 @@ def grpo_loss_from_logits(logits: torch.Tensor, targets: torch.Tensor, old_logp:
     log-sum-exp, one read + one write for d loss / d logits (computed in the forward pass).
     Same arguments and result as grpo_loss. `inplace=True` writes the gradient into `logits`
     (they are destroyed; only safe when nothing else saved them for backward, e.g. logits = h @ W.T)."""
-    if Backend(backend or "torch") is Backend.REF:
+    if Backend(backend or "torch") is Backend.REFERENCE:
         return grpo_loss_from_logits_ref(logits, targets, old_logp, advantages, token_weights, ref_logp=ref_logp,
                                          is_weights=is_weights, seq_ids=seq_ids, rewards=rewards,
                                          group_ids=group_ids, sampler_logp=sampler_logp, num_seqs=num_seqs,

@@ -212,9 +212,9 @@ def grpo_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
     temperature=1.0, beta=0.0, kl_estimator="k3", dual_clip=0.0, entropy_coef=0.0, chunk_tokens,
     memory_budget_mb, compute_weight_grad, compute_dtype, ...).
     backend: None (CUDA -> triton, CPU -> torch), "triton", "gemm" (the GEMM head: kernels/gemm_head.py;
-    the row kernels with the entropy bonus), "torch" or "ref".
+    the row kernels with the entropy bonus), "torch" or "reference".
     """
-    if Backend(backend or "torch") is Backend.REF:
+    if Backend(backend or "torch") is Backend.REFERENCE:
         return grpo_loss_ref(hidden, weight, targets, old_logp, advantages, token_weights, ref_logp=ref_logp,
                              is_weights=is_weights, seq_ids=seq_ids, rewards=rewards, group_ids=group_ids,
                              sampler_logp=sampler_logp, num_seqs=num_seqs, options=options, **knobs)

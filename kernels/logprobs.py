@@ -58,7 +58,7 @@ def token_logprob_stats(hidden: torch.Tensor, weight: torch.Tensor, targets: tor
     """K1 with the log-sum-exp and (optionally) the entropy per token; see token_logprobs.
     compute_dtype: the GEMM operand dtype (GRPOOptions.compute_dtype)."""
     b = resolve_backend(backend, hidden.device)
-    if b is Backend.REF:
+    if b is Backend.REFERENCE:
         if compute_dtype is not None:  # the same rounded operands, fp32 logits
             hidden, weight = hidden.to(compute_dtype), weight.to(compute_dtype)
         return LogprobStats(*(None if x is None else x.to(torch.float32)

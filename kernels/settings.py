@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from .enums import AdvEstimator, Aggregation, ISMode, KLEstimator, LossType
+from .enums import AdvEstimator, Aggregation, ISMode, KLEstimator, LossImpl, LossType
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class AdvantageConfig:
 class LossConfig:
     """The GRPO objective (kernels/objective.py) and how it is computed and aggregated."""
 
-    impl: Literal["reference", "fused", "fused_gemm"] = "fused"
+    impl: LossImpl = LossImpl.FUSED
     """reference: plain torch on materialised logits (the vanilla baseline, and the kernels'
     specification); fused: the chunked kernels in mentor_fast.kernels that never build [N, V] logits
     (Triton row kernels on CUDA, chunked torch on the CPU); fused_gemm: the fused op with the GEMM head,
@@ -161,8 +161,8 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         # YAML and keyword callers pass plain strings; the kernels dispatch on the enums
-        for name, enum in (("type", LossType), ("aggregation", Aggregation), ("kl_estimator", KLEstimator),
-                           ("is_mode", ISMode)):
+        for name, enum in (("impl", LossImpl), ("type", LossType), ("aggregation", Aggregation),
+                           ("kl_estimator", KLEstimator), ("is_mode", ISMode)):
             value = getattr(self, name)
             if value not in {e.value for e in enum}:
                 hint = (" (TRL's grpo/bnpo/dr_grpo/dapo are type='clip' with an aggregation)"

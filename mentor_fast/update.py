@@ -55,10 +55,6 @@ from mentor_fast.models import checkpointing_needed, enable_checkpointing
 from mentor_fast.optim import build_optimizer, pending_state_bytes  # noqa: F401 - build_optimizer: the trainer's import path
 from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
 
-# loss.impl -> the kernels' backend: reference (materialised logits, autograd), fused (None: the Triton
-# row kernels on CUDA, chunked torch on the CPU), fused_gemm (the GEMM head: kernels/gemm_head.py)
-IMPL_BACKENDS = {"reference": "ref", "fused": None, "fused_gemm": "gemm"}
-
 
 def _hidden_and_head(model, x: DecoderInputs, autocast_bf16: bool, varlen: bool):
     """Run inside the policy's forward: the micro-batch's hidden states and the (gathered) head."""
@@ -105,7 +101,7 @@ class PolicyUpdater:
         self.autocast_bf16 = loss.compute_dtype == torch.bfloat16
         self.ref_model = ref_model
         self.generator = torch.Generator().manual_seed(seed)
-        self.backend = IMPL_BACKENDS[loss.impl]
+        self.backend = loss.impl.backend
         self.device = next(self.model.parameters()).device
         # packed rows take a variable-length kernel where one runs; elsewhere (auto) full rows,
         # since a block-diagonal mask costs the square of the pack

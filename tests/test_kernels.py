@@ -113,7 +113,7 @@ def test_token_logprobs_no_grad_and_ref_backend():
     h = b["hidden"].float().requires_grad_()
     out = token_logprobs(h, b["weight"].float(), b["targets"])
     assert not out.requires_grad
-    ref = token_logprobs(h, b["weight"].float(), b["targets"], backend="ref")
+    ref = token_logprobs(h, b["weight"].float(), b["targets"], backend="reference")
     assert torch.allclose(out, ref, atol=1e-5)
 
 
@@ -307,7 +307,7 @@ def test_every_export_resolves_and_the_enums_import_without_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("backend", ["torch", "ref"])
+@pytest.mark.parametrize("backend", ["torch", "reference"])
 def test_a_masked_sequence_and_a_masked_token_get_exactly_no_gradient(backend):
     """sequence_mask drops every token of a sequence whose ratio product leaves the bounds, token_mask
     each token outside them: their rows of dH are exactly 0, on the fused path and the reference."""
