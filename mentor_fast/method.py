@@ -1,8 +1,8 @@
 """The trainer's extension points: a method (MENTOR, or none) is called at fixed points of a step.
 
-    plan = method.before_rollout(step, problems, version)  # which prompts, and rows that ride along
+    plan = method.before_rollout(step, problems, policy_version)  # which prompts, and rows that ride along
     ...  rollout (one engine call for plan.problems and plan.riders), score
-    groups, metrics = method.after_score(step, groups, rider_samples, version)
+    groups, metrics = method.after_score(step, groups, rider_samples, policy_version)
     ...  advantages, update, weight sync
     method.state_dict() / load_state_dict(state)            # at checkpoint time
     method.regroup(states, holds)                           # every rank's saved state -> this rank's
@@ -22,13 +22,18 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mentor_fast.config import RunConfig
 from mentor_fast.config.baselines import MethodKind
+from mentor_fast.data.chat import PromptBuilder
 from mentor_fast.dist import Dist
-from mentor_fast.rollout.base import Request
+from mentor_fast.recovery.rerolls import Scorer
+from mentor_fast.rollout.base import Request, RolloutEngine, SamplingParams
 from mentor_fast.types import Group, Problem, Sample
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -43,10 +48,10 @@ class RolloutPlan:
 
 
 class Method(Protocol):
-    def before_rollout(self, step: int, problems: list[Problem], version: int) -> RolloutPlan: ...
+    def before_rollout(self, step: int, problems: list[Problem], policy_version: int) -> RolloutPlan: ...
 
     def after_score(self, step: int, groups: list[Group], rider_samples: list[list[list[Sample]]],
-                    version: int) -> tuple[list[Group], dict[str, float]]:
+                    policy_version: int) -> tuple[list[Group], dict[str, float]]:
         """The scored groups of the step -> the groups to train on, and the method's metrics."""
         ...
 
@@ -68,10 +73,10 @@ class Method(Protocol):
 class NoMethod:
     """Vanilla GRPO: the step's prompts as drawn, its scored groups as they are."""
 
-    def before_rollout(self, step: int, problems: list[Problem], version: int) -> RolloutPlan:
+    def before_rollout(self, step: int, problems: list[Problem], policy_version: int) -> RolloutPlan:
         return RolloutPlan(problems)
 
-    def after_score(self, step, groups, rider_samples, version):
+    def after_score(self, step, groups, rider_samples, policy_version):
         return groups, {}
 
     def state_dict(self) -> None:
@@ -87,23 +92,26 @@ class NoMethod:
         pass
 
 
-@dataclass
-class MethodContext:
-    """What the trainer lends a method: the resolved run config, the rollout engine (`generate_many`)
-    and tokenizer, the prompt builder, score (fills reward/correct of rollouts in place),
-    sampling(step, stream) (the step's sampling parameters; stream 1: a method's own rollouts), G,
-    the run folder, the ranks and the torch device's name."""
+class Sampling(Protocol):
+    def __call__(self, step: int, stream: int = 0) -> SamplingParams:
+        """The step's sampling parameters; stream 0: its rollouts, 1: a method's own (re-rolls)."""
+        ...
 
-    cfg: RunConfig
-    engine: Any
-    tokenizer: Any
-    builder: Any
-    score: Callable[[list], Any]
-    sampling: Callable[[int, int], Any]
-    num_generations: int
-    out: Path
-    dist: Dist
-    device: str = "cpu"
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What the trainer lends a method."""
+
+    cfg: RunConfig  # the resolved run config (auto resolved: the method is named)
+    engine: RolloutEngine  # the policy's rollout engine (a method's own rollouts: `generate_many`)
+    tokenizer: PreTrainedTokenizerBase
+    builder: PromptBuilder  # problem (+ hint) -> prompt ids
+    score: Scorer  # fills reward / correct of rollouts in place, as the trainer's own are scored
+    sampling: Sampling
+    num_generations: int  # G
+    out: Path  # the run folder
+    dist: Dist  # the ranks
+    device: str = "cpu"  # the torch device's name
 
 
 def _no_method(ctx: MethodContext) -> NoMethod:

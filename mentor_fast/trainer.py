@@ -168,7 +168,7 @@ class Trainer:
         if self.dist.is_main:
             print(f"reward: {self.scorer.verifier.describe()}", flush=True)
         self.start_step = 0
-        self.version = 0
+        self.policy_version = 0
         self._regroup: list | None = None
         self._warned_short = False
         self.last_metrics: dict[str, float] = {}  # the last step's row (what the Python API's train() returns)
@@ -177,8 +177,8 @@ class Trainer:
             method_state = self._restore(ckpt)
         self.engine = make_engine(cfg.rollout, engine_model, self.tokenizer, weights_path, engine_dtype(cfg), cfg.seed,
                                   owns_weights=engine_model is not self.model, lora_rank=cfg.model.lora.rank)
-        if self.version or self.engine.policy_version != self.version:  # resumed, or a server's other weights
-            self.engine.update_weights(self.weights, self.version)
+        if self.policy_version or self.engine.policy_version != self.policy_version:  # resumed, or a server's other weights
+            self.engine.update_weights(self.weights, self.policy_version)
         self.method: Method = self._build_method()
         if self._regroup is not None:  # resumed on another number of ranks
             method_state = self.method.regroup(self._regroup, self._holds)
@@ -192,9 +192,10 @@ class Trainer:
         return torch_dtype(name)
 
     def _build_method(self) -> Method:
-        return build_method(MethodContext(self.cfg, self.engine, self.tokenizer, self.builder, self.scorer.score,
-                                          self.sampling, self.cfg.rollout.num_generations, self.out, self.dist,
-                                          str(self.device)))
+        return build_method(MethodContext(
+            cfg=self.cfg, engine=self.engine, tokenizer=self.tokenizer, builder=self.builder, score=self.scorer.score,
+            sampling=self.sampling, num_generations=self.cfg.rollout.num_generations, out=self.out, dist=self.dist,
+            device=str(self.device)))
 
     # ---------------------------------------------------------------- resume
     def _find_resume(self, resume) -> Path | None:
@@ -215,7 +216,7 @@ class Trainer:
         load_optimizer(ckpt, self.policy, self.optimizer, self.dist)
         self.scheduler.load_state_dict(state["scheduler"])
         self.start_step = state["step"]
-        self.version = state["policy_version"]
+        self.policy_version = state["policy_version"]
         same = state.get("world_size", 1) == self.dist.world_size
         mine = load_rank_state(ckpt, self.dist.rank if same else 0)
         self.updater.generator.set_state(mine["update_generator"])
@@ -232,7 +233,7 @@ class Trainer:
     def save(self, step: int) -> Path:
         state = {
             "scheduler": self.scheduler.state_dict(),
-            "policy_version": self.version,
+            "policy_version": self.policy_version,
             "data": {"source": self.cfg.data.source, "seed": self.cfg.seed, "next_step": step + 1},
         }
         rank_state = {"update_generator": self.updater.generator.get_state(), "method": self.method.state_dict()}
@@ -245,13 +246,13 @@ class Trainer:
         """rollout -> score -> method -> advantages -> update -> weight sync."""
         timer, metrics = StepTimer(), {}
         with timer("step"):
-            plan = self.method.before_rollout(step, self.problems(step), self.version)
+            plan = self.method.before_rollout(step, self.problems(step), self.policy_version)
             groups, rider_samples = self.rollout(plan, step, timer, metrics)
             with timer("reward"):
                 metrics.update(self.scorer.score([r for g in groups for r in g.rollouts]))
             initial = group_metrics(groups, self.dist)  # the initial rollouts, before the method
             with timer("mentor"):
-                groups, method_metrics = self.method.after_score(step, groups, rider_samples, self.version)
+                groups, method_metrics = self.method.after_score(step, groups, rider_samples, self.policy_version)
             sampled = {}
             if self.cfg.rollout.dynamic_sampling:  # after the method: it takes its all-fail groups first
                 groups, sampled = self.keep_groups_with_signal(step, groups, timer)
@@ -263,10 +264,10 @@ class Trainer:
             else:
                 self.engine.sleep()  # colocated vLLM with sleep mode: the update gets its memory
                 with timer("update"):
-                    learned.update(self.updater.update(batch, self.version))  # reduced over ranks already
-                self.version += 1
+                    learned.update(self.updater.update(batch, self.policy_version))  # reduced over ranks already
+                self.policy_version += 1
                 with timer("weight_sync"):
-                    self.engine.update_weights(self.weights, self.version)
+                    self.engine.update_weights(self.weights, self.policy_version)
                 metrics.update(self.engine.pop_metrics())
         metrics = timer.metrics | metrics  # an engine's own timing_s/weight_sync wins
         metrics["perf/peak_mem_gb"] = peak_mem_gb()

@@ -36,6 +36,7 @@ from mentor_fast.algo.assemble import LossMode, assemble_groups
 from mentor_fast.config import MentorLossConfig, RunConfig
 from mentor_fast.dist import Dist
 from mentor_fast.method import MethodContext, RolloutPlan
+from mentor_fast.recovery.rerolls import Scorer
 from mentor_fast.recovery.rescue import treat
 from mentor_fast.recovery.scheduler import Scheduler, every_rank
 from mentor_fast.sft import sft_target
@@ -45,14 +46,14 @@ from mentor_fast.types import Group, Problem, Rollout
 class LuffyMethod:
     """A failed group selected by the scheduler gets the expert trace in place of one rollout."""
 
-    def __init__(self, cfg: RunConfig, tokenizer: Any, score, dist: Dist | None = None) -> None:
+    def __init__(self, cfg: RunConfig, tokenizer: Any, score: Scorer, dist: Dist | None = None) -> None:
         self.cfg, self.tokenizer, self.score = cfg, tokenizer, score
         self.dist = dist or Dist()
         self.scheduler = Scheduler(cfg.mentor.trigger, seed=cfg.seed)
         self.loss = MentorLossConfig(mode="shaping", max_replace=1, shaping_gamma=cfg.luffy.gamma)
         self.max_tokens = cfg.rollout.max_new_tokens
 
-    def expert(self, group: Group, version: int) -> Rollout | None:
+    def expert(self, group: Group, policy_version: int) -> Rollout | None:
         """The worked solution as a completion of the group's prompt (unscored); None when the
         problem has none or it is too long to have been generated."""
         if not group.problem.solution_steps and group.problem.code is None:
@@ -68,17 +69,17 @@ class LuffyMethod:
         # pi_old under the prompt, since the sequence was not sampled there (behaviour_prompt_ids).
         return Rollout(problem=group.problem, group_id=group.group_id, prompt_ids=list(group.prompt_ids),
                        completion_ids=ids, sampler_logprobs=[0.0] * len(ids), text=text,
-                       finish_reason="stop", policy_version=version, origin="expert")
+                       finish_reason="stop", policy_version=policy_version, origin="expert")
 
-    def before_rollout(self, step: int, problems: list[Problem], version: int) -> RolloutPlan:
+    def before_rollout(self, step: int, problems: list[Problem], policy_version: int) -> RolloutPlan:
         return RolloutPlan(problems)
 
-    def after_score(self, step: int, groups: list[Group], rider_samples, version: int):
+    def after_score(self, step: int, groups: list[Group], rider_samples, policy_version: int):
         plan = self._plan(groups, step)
         experts: dict[int, Rollout] = {}
         missing = 0
         for group, _ in plan.selected:
-            r = self.expert(group, version)
+            r = self.expert(group, policy_version)
             if r is None:
                 missing += 1
             else:

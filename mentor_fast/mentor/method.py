@@ -40,10 +40,11 @@ from mentor_fast.config.mentor import RerollSchedule
 from mentor_fast.dist import Dist
 from mentor_fast.mentor.backends import BackendKind
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
-from mentor_fast.method import MethodContext, RolloutPlan
-from mentor_fast.recovery.rerolls import RerollRequest
+from mentor_fast.method import MethodContext, RolloutPlan, Sampling
+from mentor_fast.recovery.rerolls import RerollRequest, Scorer
 from mentor_fast.recovery.scheduler import every_rank
-from mentor_fast.types import Group, GroupSummary, Problem, Rollout, Sample
+from mentor_fast.rollout.base import RolloutEngine
+from mentor_fast.types import Group, GroupSummary, Problem, Sample
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,8 @@ class MentorMethod:
     (written by rank 0); dist: the ranks.
     """
 
-    def __init__(self, cfg: MentorConfig, mentor: Mentor, engine, score: Callable[[list[Rollout]], Any],
-                 sampling: Callable[[int, int], Any], num_generations: int, dump_path: Path | None = None,
-                 dist: Dist | None = None):
+    def __init__(self, cfg: MentorConfig, mentor: Mentor, engine: RolloutEngine, score: Scorer, sampling: Sampling,
+                 num_generations: int, dump_path: Path | None = None, dist: Dist | None = None):
         self.cfg, self.mentor, self.engine, self.score, self.sampling = cfg, mentor, engine, score, sampling
         self.num_generations, self.dump_path = num_generations, dump_path
         self.dist = dist or Dist()
@@ -102,9 +102,9 @@ class MentorMethod:
         self._taken: _Taken | None = None
 
     # ---------------------------------------------------------------- the step
-    def before_rollout(self, step: int, problems: list[Problem], version: int) -> RolloutPlan:
+    def before_rollout(self, step: int, problems: list[Problem], policy_version: int) -> RolloutPlan:
         metrics: dict[str, float] = {}
-        taken = self._take(version, metrics) if self.schedule.deferred else None
+        taken = self._take(policy_version, metrics) if self.schedule.deferred else None
         if taken is None:
             return RolloutPlan(problems, metrics=metrics)
         self._taken = taken
@@ -122,23 +122,23 @@ class MentorMethod:
         return RolloutPlan(problems, riders=[(request.prompts, rider)], metrics=metrics)
 
     def after_score(self, step: int, groups: list[Group], rider_samples: list[list[list[Sample]]],
-                    version: int) -> tuple[list[Group], dict[str, float]]:
+                    policy_version: int) -> tuple[list[Group], dict[str, float]]:
         if not self.schedule.deferred:
-            return self._in_step(step, groups, version)
+            return self._in_step(step, groups, policy_version)
         metrics: dict[str, float] = {}
         carried: list[Group] = []
         if self._taken is not None:
-            carried = self._finish_taken(rider_samples, version, metrics)
+            carried = self._finish_taken(rider_samples, policy_version, metrics)
         metrics["off_policy/max_lag"] = float(max(
-            (version - ro.policy_version for g in carried for ro in g.rollouts), default=0))
+            (policy_version - ro.policy_version for g in carried for ro in g.rollouts), default=0))
         self.mentor.scheduler.exchange(self.dist)  # every rank's outcomes before the next plan
         self._flush_rows()
         self._defer(groups, step)
         return groups + carried, metrics
 
-    def _in_step(self, step: int, groups: list[Group], version: int) -> tuple[list[Group], dict[str, float]]:
+    def _in_step(self, step: int, groups: list[Group], policy_version: int) -> tuple[list[Group], dict[str, float]]:
         metrics: dict[str, float] = {}
-        out = self.mentor.intervene(groups, step, self._generate, self.score, self.sampling(step, 1), version,
+        out = self.mentor.intervene(groups, step, self._generate, self.score, self.sampling(step, 1), policy_version,
                                     everyone=self._everyone(groups))
         self._record(out, metrics)
         self.mentor.scheduler.exchange(self.dist)
@@ -146,13 +146,13 @@ class MentorMethod:
         metrics["mentor/hinted_step"] = float(step)
         return out.groups, metrics
 
-    def _finish_taken(self, rider_samples: list[list[list[Sample]]], version: int,
+    def _finish_taken(self, rider_samples: list[list[list[Sample]]], policy_version: int,
                       metrics: dict[str, float]) -> list[Group]:
         """The taken hints' later rounds and assembly; returns their rescued groups."""
         t, self._taken = self._taken, None
         first = t.samples if t.samples is not None else rider_samples[0]
         hinted = t.hinted
-        self.mentor.reroll(hinted, self._generate, self.score, self.sampling(hinted.step, 1), version,
+        self.mentor.reroll(hinted, self._generate, self.score, self.sampling(hinted.step, 1), policy_version,
                            first=(t.request, first))
         out = self.mentor.finish(hinted)
         rescued = {iv.group.group_id for iv in hinted.interventions if iv.rescued}
@@ -190,7 +190,7 @@ class MentorMethod:
     def _everyone(self, groups: list[Group]) -> list[GroupSummary] | None:
         return every_rank(groups, self.dist)
 
-    def _take(self, version: int, metrics: dict) -> _Taken | None:
+    def _take(self, policy_version: int, metrics: dict) -> _Taken | None:
         """The hints written for the last step's failures (waiting for them if need be), with their
         first round's request; None when there are none, or when they are too stale to re-roll
         on-policy."""
@@ -200,7 +200,7 @@ class MentorMethod:
         t0 = time.perf_counter()
         hinted, request, samples = pending.result(timeout=self.cfg.agents.timeout_s)
         wait_s = time.perf_counter() - t0
-        lag = version - min((r.policy_version for g in hinted.groups for r in g.rollouts), default=version)
+        lag = policy_version - min((r.policy_version for g in hinted.groups for r in g.rollouts), default=policy_version)
         if lag > self.cfg.reroll.max_staleness:  # too old to learn from on-policy: drop, and say so
             metrics["mentor/stale_dropped"] = float(len(hinted.interventions))
             return None

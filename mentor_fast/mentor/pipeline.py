@@ -27,7 +27,7 @@ from mentor_fast.mentor.writers.solutions import WorkedSolutions
 from mentor_fast.recovery.intervention import Intervention
 from mentor_fast.recovery.levels import MAX_LEVEL
 from mentor_fast.recovery.plain import from_plain, to_plain
-from mentor_fast.recovery.rerolls import GenerateFn, RerollRequest, Rerolls, ScoreFn
+from mentor_fast.recovery.rerolls import GenerateFn, RerollRequest, Rerolls, Scorer
 from mentor_fast.recovery.rescue import assemble_rescues
 from mentor_fast.recovery.scheduler import Scheduler, StepPlan
 from mentor_fast.types import Group, GroupSummary, Hint, Sample
@@ -204,7 +204,7 @@ class Mentor:
         """Round 0 of the step's hints, for a caller that generates it with other work."""
         return self.rerolls.first_round(hinted.interventions, params)
 
-    def reroll(self, hinted: HintedStep, generate_fn: GenerateFn, score_fn: ScoreFn, params: Any,
+    def reroll(self, hinted: HintedStep, generate_fn: GenerateFn, score_fn: Scorer, params: Any,
                policy_version: int | None = None,
                first: tuple[RerollRequest, list[list[Sample]]] | None = None) -> None:
         """Re-roll the step's hinted groups (recovery/rerolls.py; a group with no success gets the next
@@ -230,7 +230,7 @@ class Mentor:
         metrics = step_metrics(hinted.plan, ivs, out, self.scheduler.graduations, self.backend_counts)
         return MentorOutcome(out, metrics, rows, ivs)
 
-    def intervene(self, groups: list[Group], step: int, generate_fn: GenerateFn, score_fn: ScoreFn, params: Any,
+    def intervene(self, groups: list[Group], step: int, generate_fn: GenerateFn, score_fn: Scorer, params: Any,
                   policy_version: int | None = None, everyone: list[GroupSummary] | None = None) -> MentorOutcome:
         """The synchronous MENTOR step: plan + write_hints + reroll + finish."""
         hinted = self.write_hints(groups, step, self.plan(groups, step, everyone))

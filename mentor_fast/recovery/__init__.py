@@ -6,7 +6,7 @@ method's from the data."""
 
 from mentor_fast.recovery.intervention import Intervention
 from mentor_fast.recovery.levels import MAX_LEVEL, MIN_LEVEL
-from mentor_fast.recovery.rerolls import Escalate, GenerateFn, RerollRequest, Rerolls, ScoreFn
+from mentor_fast.recovery.rerolls import Escalate, GenerateFn, RerollRequest, Rerolls, Scorer
 from mentor_fast.recovery.rescue import assemble_rescues, treat
 from mentor_fast.recovery.scheduler import CollapseDetector, Scheduler, StepPlan, every_rank
 
@@ -20,7 +20,7 @@ __all__ = [
     "RerollRequest",
     "Rerolls",
     "Scheduler",
-    "ScoreFn",
+    "Scorer",
     "StepPlan",
     "assemble_rescues",
     "every_rank",

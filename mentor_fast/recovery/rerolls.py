@@ -12,7 +12,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mentor_fast.algo.assemble import LossMode
 from mentor_fast.config import RerollConfig
@@ -20,7 +20,14 @@ from mentor_fast.recovery.intervention import Intervention
 from mentor_fast.types import Rollout, Sample
 
 GenerateFn = Callable[[list[list[int]], Any], list[list[Sample]]]  # (prompts, SamplingParams) -> [B][n]
-ScoreFn = Callable[[list[Rollout]], Any]  # fills reward / correct / verifier_note in place
+
+
+class Scorer(Protocol):
+    def __call__(self, rollouts: list[Rollout]) -> object:
+        """Fill reward, correct and verifier_note (and verifier_detail) of each rollout in place."""
+        ...
+
+
 # the groups without a success after a round -> those with a new (higher-level) hint for the next
 Escalate = Callable[[list[Intervention]], list[Intervention]]
 
@@ -82,7 +89,7 @@ class Rerolls:
         )
         return RerollRequest(active, [prompts[id(iv)] for iv in active], round_params)
 
-    def run(self, ivs: list[Intervention], generate_fn: GenerateFn, score_fn: ScoreFn, params: Any,
+    def run(self, ivs: list[Intervention], generate_fn: GenerateFn, score_fn: Scorer, params: Any,
             escalate: Escalate, policy_version: int | None = None,
             first: tuple[RerollRequest, list[list[Sample]]] | None = None) -> float:
         """Re-roll every hinted group, score, and escalate the groups with no success, for up to
@@ -107,7 +114,7 @@ class Rerolls:
             active = [iv for iv in active if not iv.rescued]
         return esc_s
 
-    def _score(self, request: RerollRequest, samples: list[list[Sample]], score_fn: ScoreFn,
+    def _score(self, request: RerollRequest, samples: list[list[Sample]], score_fn: Scorer,
                policy_version: int | None) -> None:
         """One round's samples -> each group's next round of re-rolls, scored; rescues marked."""
         m = request.params.n
