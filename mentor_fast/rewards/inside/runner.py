@@ -243,7 +243,8 @@ class Server:
         self.reply(**fields, sync=f"[{','.join(sync)}]", held=f"[{','.join(map(str, held))}]")
 
     def run(self, stdin: str) -> None:
-        """The stdio program on `stdin`: its printed output, as the old in-process tests ran it."""
+        """The stdio program on `stdin`: what it printed, run as `__main__` in a fresh namespace (SystemExit ends
+        it normally)."""
         source = self.scope.get("SOURCE")
         out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
         saved = sys.stdin, sys.stdout
