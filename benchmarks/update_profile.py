@@ -292,12 +292,13 @@ def main() -> None:
     for name, budget in order:
         upd, ts = updaters[name, budget], times[name, budget]
         plan = upd._plan(batch, list(range(batch.num_seqs)))
-        form = "packed" if upd.packed else "shared" if upd.share_prompts else "rows"
+        fwd = upd.forward_settings
+        form = "packed" if fwd.packed else "shared" if fwd.share_prompts else "rows"
         rows.append({"variant": name, "micro_batch_tokens": budget, "median_ms": 1e3 * statistics.median(ts) if ts else None,
                      "min_ms": 1e3 * min(ts) if ts else None, "max_ms": 1e3 * max(ts) if ts else None, "reps": len(ts),
                      "warmup_ms": 1e3 * warm[name, budget],
                      "checkpointing": upd.checkpointing if upd.wanted_ckpt == "auto" else upd.wanted_ckpt,
-                     "form": form, "varlen": upd.varlen and upd.packed, "micro_batches": len(plan),
+                     "form": form, "varlen": fwd.varlen and fwd.packed, "micro_batches": len(plan),
                      "peak_gb": peaks.get((name, budget))})
         base = next(r for r in rows if r["variant"] == "today" and r["micro_batch_tokens"] == budget)
         if rows[-1]["median_ms"] and base["median_ms"]:

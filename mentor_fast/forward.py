@@ -99,6 +99,31 @@ def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.T
     return out
 
 
+@dataclass(frozen=True)
+class ForwardSettings:
+    """How the policy's forward runs over a micro-batch, decided once by its updater (update.py)
+    and passed whole to every level below it."""
+
+    pad_id: int = 0  # the tokenizer's: fills rows to their width
+    autocast_bf16: bool = False  # the decoder under bf16 autocast (model.autocast_bf16)
+    packed: bool = False  # micro-batches as one packed row (trainer.packing)
+    varlen: bool = False  # packed rows take the variable-length kernel (attention.varlen_available)
+    share_prompts: bool = False  # each distinct prompt once (trainer.shared_prompt_forward)
+
+    def form(self, batch: TrainBatch, seqs: list[int]) -> Form:
+        """Packed rows when packing is on; else the shared-prompt forward when some sequences of
+        `seqs` share a prompt (and it is on); else full rows."""
+        if self.packed:
+            return Form.PACKED
+        if self.share_prompts and len({batch.prompt_index[i] for i in seqs}) < len(seqs):
+            return Form.SHARED
+        return Form.ROWS
+
+    def inputs(self, batch: TrainBatch, seqs: list[int]) -> DecoderInputs:
+        """The micro-batch's decoder inputs in its form, on the host."""
+        return decoder_inputs(batch, seqs, self.pad_id, self.form(batch, seqs))
+
+
 def autocast(enabled: bool, device: torch.device):
     """bf16 autocast of the decoder (model.autocast_bf16: fp32 master weights, bf16 compute)."""
     if enabled:
@@ -107,16 +132,6 @@ def autocast(enabled: bool, device: torch.device):
 
 
 # ---------------------------------------------------------------- host: building the inputs
-
-def choose_form(batch: TrainBatch, seqs: list[int], *, share_prompts: bool, packed: bool) -> Form:
-    """Packed rows when packing is on; else the shared-prompt forward when some sequences of `seqs`
-    share a prompt (and it is on); else full rows."""
-    if packed:
-        return Form.PACKED
-    if share_prompts and len({batch.prompt_index[i] for i in seqs}) < len(seqs):
-        return Form.SHARED
-    return Form.ROWS
-
 
 def decoder_inputs(batch: TrainBatch, seqs: list[int], pad_id: int, form: Form) -> DecoderInputs:
     return _BUILDERS[form](batch, seqs, pad_id)
@@ -192,18 +207,19 @@ _BUILDERS = {Form.ROWS: _rows, Form.PACKED: _packed, Form.SHARED: _shared}
 
 # ---------------------------------------------------------------- device: running the decoder
 
-def run_decoder(model: torch.nn.Module, x: DecoderInputs, *, autocast_bf16: bool = False,
-                varlen: bool = False) -> MicroBatch:
-    """The micro-batch's completion hidden states from inputs already on the model's device. varlen:
-    packed rows take the variable-length kernel (attention.varlen_available), else a block mask."""
+def run_decoder(model: torch.nn.Module, x: DecoderInputs,
+                settings: ForwardSettings = ForwardSettings()) -> MicroBatch:
+    """The micro-batch's completion hidden states from inputs already on the model's device, under
+    the settings' autocast; packed rows take the variable-length kernel where `settings.varlen`,
+    else a block mask."""
     decoder = model.get_decoder()
-    with update_attention(model), autocast(autocast_bf16, x.ids.device):
+    with update_attention(model), autocast(settings.autocast_bf16, x.ids.device):
         if x.form is Form.SHARED:
             hidden = _run_shared(decoder, x)
         else:
             if x.form is Form.ROWS:
                 layout = AttentionLayout(AttentionKind.CAUSAL)
-            elif varlen:
+            elif settings.varlen:
                 layout = AttentionLayout(AttentionKind.VARLEN, cu_seqlens=x.cu_seqlens, max_len=x.max_len)
             else:
                 layout = AttentionLayout(AttentionKind.MASK, mask=block_causal_mask(x.seq_of))

@@ -31,8 +31,10 @@ Two exact savings (both on by default, both off-switchable in TrainerConfig):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -49,22 +51,43 @@ from mentor_fast.algo.weights import token_policy_weights
 from mentor_fast.attention import update_attention, varlen_available
 from mentor_fast.config import OptimConfig, TrainerConfig
 from mentor_fast.dist import Dist
-from mentor_fast.forward import DecoderInputs, MicroBatch, choose_form, decoder_inputs, run_decoder, to_device
+from mentor_fast.forward import DecoderInputs, ForwardSettings, MicroBatch, run_decoder
 from mentor_fast.kernels import AGGREGATIONS, GRPOOptions, grpo_loss, sequence_weights, token_logprobs
 from mentor_fast.models import checkpointing_needed, enable_checkpointing
 from mentor_fast.optim import build_optimizer, pending_state_bytes  # noqa: F401 - build_optimizer: the trainer's import path
 from mentor_fast.sharding import PolicyModule, accumulate, global_grad_norm, head_weight
+from mentor_fast.update_inputs import (
+    TokenVectors,
+    mismatch_sampler_logprobs,
+    moved,
+    old_logprobs,
+    token_weights,
+)
+from mentor_fast.update_metrics import UpdateTotals, micro_metrics, skipped_update_metrics, update_metrics
 
 
-def _hidden_and_head(model, x: DecoderInputs, autocast_bf16: bool, varlen: bool):
+def _hidden_and_head(model, x: DecoderInputs, settings: ForwardSettings):
     """Run inside the policy's forward: the micro-batch's hidden states and the (gathered) head."""
-    return run_decoder(model, x, autocast_bf16=autocast_bf16, varlen=varlen), head_weight(model)
+    return run_decoder(model, x, settings), head_weight(model)
 
 
 def _idle_pass(model, pad_id):
     """One token through the whole policy, for a rank that has nothing to compute in a pass."""
     ids = torch.full((1, 1), pad_id, dtype=torch.long, device=next(model.parameters()).device)
     return model.get_decoder()(input_ids=ids).last_hidden_state, head_weight(model)
+
+
+@dataclass
+class PreparedBatch:
+    """One rollout batch as an update sees it before its first pass."""
+
+    batch: TrainBatch
+    in_loss: torch.Tensor  # [S] bool: in the policy loss (see `PolicyUpdater.in_loss`)
+    loss_lens: torch.Tensor  # [S] completion tokens in the loss
+    computed: list[int]  # ascending: the sequences that get a forward/backward
+    old_logp: dict[int, torch.Tensor] | None  # pi_old where the update recomputed it
+    stale: torch.Tensor  # [S] bool: sampled by an older policy version (async re-rolls)
+    sync_each: bool  # extra terms backpropagate on their own: ranks sync gradients every pass
 
 
 class PolicyUpdater:
@@ -96,17 +119,18 @@ class PolicyUpdater:
         self.options, self.trainer_cfg, self.optim_cfg = loss, trainer_cfg, optim_cfg
         self.aggregation = AGGREGATIONS[loss.aggregation]
         self.pad_id = pad_id
-        # bf16 compute with fp32 master weights: the head's GEMMs take bf16 operands too (cast from
-        # the master weight once per call), accumulate in fp32 and keep fp32 logits chunks.
-        self.autocast_bf16 = loss.compute_dtype == torch.bfloat16
         self.ref_model = ref_model
         self.generator = torch.Generator().manual_seed(seed)
         self.backend = loss.impl.backend
         self.device = next(self.model.parameters()).device
         # packed rows take a variable-length kernel where one runs; elsewhere (auto) full rows,
-        # since a block-diagonal mask costs the square of the pack
-        self.varlen = varlen_available(self.device, loss.compute_dtype)
-        self.packed = trainer_cfg.packing is True or (trainer_cfg.packing == "auto" and self.varlen)
+        # since a block-diagonal mask costs the square of the pack. bf16 compute with fp32 master
+        # weights: the head's GEMMs take bf16 operands too (cast from the master weight once per
+        # call), accumulate in fp32 and keep fp32 logits chunks.
+        varlen = varlen_available(self.device, loss.compute_dtype)
+        self.forward_settings = ForwardSettings(
+            pad_id=pad_id, autocast_bf16=loss.compute_dtype == torch.bfloat16, varlen=varlen,
+            packed=trainer_cfg.packing is True or (trainer_cfg.packing == "auto" and varlen))
         self.checkpointing = checkpointing
         if checkpointing is True:
             enable_checkpointing(self.model)
@@ -119,8 +143,9 @@ class PolicyUpdater:
         # The prompt keys/values are passed between two decoder calls, which HF's gradient
         # checkpointing does not allow (it drops the cache): full rows there. Packed rows are one
         # decoder call with no padding, against the shared forward's two.
-        self.share_prompts = (self.trainer_cfg.shared_prompt_forward and not self.packed
-                              and not getattr(self.model, "is_gradient_checkpointing", False))
+        share = (self.trainer_cfg.shared_prompt_forward and not self.forward_settings.packed
+                 and not getattr(self.model, "is_gradient_checkpointing", False))
+        self.forward_settings = dataclasses.replace(self.forward_settings, share_prompts=share)
 
     def _decide_checkpointing(self) -> None:
         """model.gradient_checkpointing=auto, at the first update: on only where a micro-batch's
@@ -134,22 +159,18 @@ class PolicyUpdater:
 
     def _plan(self, batch: TrainBatch, seqs: list[int]) -> list[list[int]]:
         budget = self.trainer_cfg.micro_batch_tokens
-        if self.packed:
+        if self.forward_settings.packed:
             return plan_packed_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
-        if self.share_prompts:
+        if self.forward_settings.share_prompts:
             return plan_shared_micro_batches(batch.prompt_index, batch.prompt_lens.tolist(),
                                              batch.completion_lens.tolist(), seqs, budget)
         return plan_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
 
-    def _inputs(self, batch: TrainBatch, seqs: list[int]) -> DecoderInputs:
-        """The micro-batch's decoder inputs, built on the host and queued to the device."""
-        form = choose_form(batch, seqs, share_prompts=self.share_prompts, packed=self.packed)
-        return decoder_inputs(batch, seqs, self.pad_id, form).to(self.device)
-
     def _hidden(self, model: torch.nn.Module | None, x: DecoderInputs) -> tuple[MicroBatch, torch.Tensor]:
         """(micro-batch hidden states, LM head weight) of the policy (model None) or the reference."""
-        args = (x, self.autocast_bf16, self.varlen)
-        return self.policy(_hidden_and_head, *args) if model is None else _hidden_and_head(model, *args)
+        if model is None:
+            return self.policy(_hidden_and_head, x, self.forward_settings)
+        return _hidden_and_head(model, x, self.forward_settings)
 
     def _idle(self, grad: bool) -> None:
         """An empty pass: the collectives of a forward (and backward) with a zero contribution."""
@@ -169,7 +190,8 @@ class PolicyUpdater:
         host for the whole pass."""
         plans = self._plan(batch, seqs)
         passes = self._most(len(plans)) if model is None else len(plans)  # agreed before any pass
-        parts = [self._token_logprobs(model, self._inputs(batch, plan)) for plan in plans]
+        parts = [self._token_logprobs(model, self.forward_settings.inputs(batch, plan).to(self.device))
+                 for plan in plans]
         for _ in range(passes - len(plans)):
             self._idle(grad=False)
         if not parts:
@@ -188,83 +210,81 @@ class PolicyUpdater:
     # ---------------------------------------------------------------- the update
     def update(self, batch: TrainBatch, current_version: int) -> dict[str, torch.Tensor]:
         """One rollout batch -> ppo_epochs x mini_batches optimizer steps. Returns metric tensors.
-
-        pi_old: with one optimizer step per batch it is the sampler's log-prob of each token (the
-        behaviour policy; on the HF engine in fp32 it equals the trainer's to ~1e-5, see
-        `rollout/logp_mismatch`), so no separate forward is spent on it; with several, it is
-        recomputed once here (timing_s/old_logprob). Rollouts sampled by an older policy version
-        (async re-rolls) always use their sampler log-probs. A rollout trained in another context
-        than it was sampled in (`behaviour_prompt_ids`) always gets pi_old recomputed in its
-        training context.
-        """
-        dist = self.dist
-        if not self.optim_cfg.step_without_signal and not dist.any(not self.signal_free(batch)):
-            with warnings.catch_warnings():  # torch's "scheduler before optimizer" warning: skipping is the intent
-                warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
-                self.scheduler.step()  # the schedule follows trainer steps, taken or not
-            return {"loss": torch.zeros(()), "grad_norm": torch.zeros(()),
-                    "lr": torch.tensor(self.scheduler.get_last_lr()[0]), "timing_s/old_logprob": 0.0,
-                    "update/skipped_token_frac": torch.tensor(1.0), "update/optimizer_skipped": torch.tensor(1.0)}
+        pi_old and the mismatch correction: mentor_fast/update_inputs.py."""
+        if not self.optim_cfg.step_without_signal and not self.dist.any(not self.signal_free(batch)):
+            return self._skip_step()
         t0 = time.perf_counter()
         self._decide_checkpointing()
+        prepared = self._prepare(batch, current_version)
+        old_s = time.perf_counter() - t0
+        totals = UpdateTotals()
+        context = TermContext(self.model, self.options.temperature, forward=self.policy, idle=self._idle,
+                              count=self._most if self.dist.enabled else None)
+        for _epoch in range(self.trainer_cfg.ppo_epochs):
+            for mini in self._mini_batches(batch.num_seqs):
+                self._train_mini_batch(prepared, mini, context, totals)
+        return self._metrics(prepared, totals, old_s)
+
+    def _skip_step(self) -> dict[str, torch.Tensor]:
+        """No signal anywhere in the batch: no optimizer step; the schedule follows trainer steps,
+        taken or not."""
+        with warnings.catch_warnings():  # torch's "scheduler before optimizer" warning: skipping is the intent
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+            self.scheduler.step()
+        return skipped_update_metrics(self.scheduler.get_last_lr()[0])
+
+    def _prepare(self, batch: TrainBatch, current_version: int) -> PreparedBatch:
+        """pi_old, where the sampler's log-probs will not do: with one optimizer step per batch it is
+        the sampler's (on the HF engine in fp32 it equals the trainer's to ~1e-5, see
+        `rollout/logp_mismatch`), so no forward is spent on it; with several it is recomputed here
+        (timing_s/old_logprob), and a sequence trained in another context than it was sampled in
+        always gets it recomputed in its training context."""
         in_loss = self.in_loss(batch)
-        loss_lens = batch.completion_lens * in_loss
-        computed = set(self.trainable(batch))
+        computed = self.trainable(batch)
         old_logp = None
         if self.trainer_cfg.ppo_epochs > 1 or self.trainer_cfg.mini_batches > 1:
-            old_logp = self.logprobs(None, batch, sorted(computed))
-        moved = [i for i in sorted(computed) if _moved(batch, i) and (old_logp is None or i not in old_logp)]
-        if dist.any(bool(moved)):
-            old_logp = {**(old_logp or {}), **self.logprobs(None, batch, moved)}
-        old_s = time.perf_counter() - t0
-        sums: dict[str, torch.Tensor] = {}
-        terms: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        grad_norms = []
-        stale = batch.policy_versions < current_version
-        context = TermContext(self.model, self.options.temperature, forward=self.policy, idle=self._idle,
-                              count=self._most if dist.enabled else None)
-        # extra terms backpropagate on their own; without them, ranks sync gradients once per step
-        sync_each = dist.any(any(r.extra_terms for r in batch.rollouts))
-        for _epoch in range(self.trainer_cfg.ppo_epochs):
-            minis = split_mini_batches(batch.num_seqs, self.trainer_cfg.mini_batches, self.generator)
-            minis += [[] for _ in range(self._most(len(minis)) - len(minis))]  # the same steps on every rank
-            for mini in minis:
-                # the weights see the whole mini-batch over every rank, skipped sequences included
-                lens = loss_lens[mini]
-                seq_w = self._global_weights(lens) * in_loss[mini]
-                weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
-                plans = self._plan(batch, [i for i in mini if i in computed])
-                passes = self._most(len(plans))
-                num_micro = int(dist.sum([len(plans)])[0]) if dist.enabled else len(plans)
-                for k in range(passes):
-                    self._set_sync(sync_each or k == passes - 1)
-                    if k < len(plans):
-                        _accumulate(sums, self._micro_step(batch, plans[k], weight_of, old_logp, stale, num_micro,
-                                                           in_loss))
-                    else:
-                        self._idle(grad=True)
-                norm = float(dist.sum([float(lens.sum())])[0])
-                for name, (s, c) in apply_extra_terms(context, batch, mini, norm).items():
-                    prev = terms.get(name)
-                    terms[name] = (s, c) if prev is None else (prev[0] + s, prev[1] + c)
-                grad_norms.append(self._optimizer_step())
+            old_logp = self.logprobs(None, batch, computed)
+        to_move = [i for i in computed if moved(batch.rollouts[i]) and (old_logp is None or i not in old_logp)]
+        if self.dist.any(bool(to_move)):
+            old_logp = {**(old_logp or {}), **self.logprobs(None, batch, to_move)}
+        return PreparedBatch(batch, in_loss, batch.completion_lens * in_loss, computed, old_logp,
+                             stale=batch.policy_versions < current_version,
+                             sync_each=self.dist.any(any(r.extra_terms for r in batch.rollouts)))
+
+    def _mini_batches(self, num_seqs: int) -> list[list[int]]:
+        """This epoch's mini-batches, padded with empty ones to the most any rank has."""
+        minis = split_mini_batches(num_seqs, self.trainer_cfg.mini_batches, self.generator)
+        return minis + [[] for _ in range(self._most(len(minis)) - len(minis))]
+
+    def _train_mini_batch(self, prepared: PreparedBatch, mini: list[int], context: TermContext,
+                          totals: UpdateTotals) -> None:
+        """The mini-batch's micro-batches (forward, loss, backward), its extra terms, one optimizer step."""
+        # the weights see the whole mini-batch over every rank, skipped sequences included
+        lens = prepared.loss_lens[mini]
+        seq_w = self._global_weights(lens) * prepared.in_loss[mini]
+        weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
+        computed = set(prepared.computed)
+        plans = self._plan(prepared.batch, [i for i in mini if i in computed])
+        passes = self._most(len(plans))
+        num_micro = int(self.dist.sum([len(plans)])[0]) if self.dist.enabled else len(plans)
+        for k in range(passes):
+            self._set_sync(prepared.sync_each or k == passes - 1)
+            if k < len(plans):
+                totals.add_micro(self._micro_step(prepared, plans[k], weight_of, num_micro))
+            else:
+                self._idle(grad=True)
+        norm = float(self.dist.sum([float(lens.sum())])[0])
+        totals.add_terms(apply_extra_terms(context, prepared.batch, mini, norm))
+        totals.grad_norms.append(self._optimizer_step())
+
+    def _metrics(self, prepared: PreparedBatch, totals: UpdateTotals, old_s: float) -> dict[str, torch.Tensor]:
+        batch = prepared.batch
         total = float(batch.completion_lens.sum())
-        skipped = total - float(batch.completion_lens[sorted(computed)].sum()) if computed else total
-        sums = self._reduce(sums)
-        sums.setdefault("loss", torch.zeros(()))
-        tokens = sums.pop("tokens", torch.zeros(())).clamp_min(1.0)
-        loss = sums.pop("loss") / len(grad_norms)  # the objective of each optimizer step, averaged
-        out = {k: (v if k.endswith("_max") else v / tokens) for k, v in sums.items()}
-        for name, (s, c) in self._reduce_terms(terms).items():
-            out[name] = s / c.clamp_min(1.0)  # per token of the term
-        skipped, total = (float(x) for x in dist.sum([skipped, total]))
-        out["loss"] = loss
-        out["grad_norm"] = torch.stack(grad_norms).mean()
-        out["lr"] = torch.tensor(self.scheduler.get_last_lr()[0])
-        out["update/skipped_token_frac"] = torch.tensor(skipped / total if total else 0.0)
-        out["update/optimizer_skipped"] = torch.tensor(0.0)
+        skipped = total - float(batch.completion_lens[prepared.computed].sum()) if prepared.computed else total
+        out = update_metrics(self.dist, totals, self.scheduler.get_last_lr()[0], skipped, total)
         if self.options.mask_truncated:
-            masked, seqs = (float(x) for x in dist.sum([float((~in_loss).sum()), float(batch.num_seqs)]))
+            masked, seqs = (float(x) for x in self.dist.sum([float((~prepared.in_loss).sum()),
+                                                               float(batch.num_seqs)]))
             out["update/masked_truncated_frac"] = torch.tensor(masked / seqs if seqs else 0.0)
         out["timing_s/old_logprob"] = old_s
         return out
@@ -285,25 +305,7 @@ class PolicyUpdater:
         if self.dist.enabled:
             accumulate(self.policy, last=sync)
 
-    def _reduce(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Token-weighted sums add up over ranks; `*_max` entries take the maximum."""
-        if not self.dist.enabled:
-            return sums
-        merged: dict[str, torch.Tensor] = {}
-        for part in self.dist.gather({k: v.detach().double().cpu() for k, v in sums.items()}):
-            _accumulate(merged, part)
-        return {k: v.float() for k, v in merged.items()}
-
-    def _reduce_terms(self, terms):
-        if not self.dist.enabled:
-            return terms
-        merged: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        for part in self.dist.gather({k: (s.double().cpu(), c.double().cpu()) for k, (s, c) in terms.items()}):
-            for k, (s, c) in part.items():
-                prev = merged.get(k)
-                merged[k] = (s, c) if prev is None else (prev[0] + s, prev[1] + c)
-        return {k: (s.float(), c.float()) for k, (s, c) in merged.items()}
-
+    # ---------------------------------------------------------------- which sequences
     def signal_free(self, batch: TrainBatch) -> bool:
         """True when the batch's gradient is exactly 0: every advantage is 0 and no term (KL, entropy
         bonus, an extra term) acts without one."""
@@ -325,13 +327,14 @@ class PolicyUpdater:
         in_loss = self.in_loss(batch)
         return [i for i in range(batch.num_seqs) if float(batch.advantages[i]) != 0.0 and in_loss[i]]
 
-    def _micro_step(self, batch, plan, weight_of, old_logp, stale, num_micro, in_loss):
+    # ---------------------------------------------------------------- one micro-batch
+    def _micro_step(self, prepared: PreparedBatch, seqs: list[int], weight_of: dict[int, float],
+                    num_micro: int) -> dict[str, torch.Tensor]:
         """One micro-batch: the host builds its inputs and queues them to the device, then `_run`."""
-        x = self._inputs(batch, plan)
-        tokens_in = self._token_inputs(batch, plan, weight_of, old_logp, stale, num_micro, in_loss)
-        return self._run(x, *to_device(tokens_in, self.device))
+        x = self.forward_settings.inputs(prepared.batch, seqs).to(self.device)
+        return self._run(x, self._token_vectors(prepared, seqs, weight_of, num_micro).to(self.device))
 
-    def _run(self, x: DecoderInputs, w, adv, sampler, old, corrected, is_w=None) -> dict[str, torch.Tensor]:
+    def _run(self, x: DecoderInputs, t: TokenVectors) -> dict[str, torch.Tensor]:
         """Forward, loss and backward of staged inputs; reads nothing back from the device."""
         with update_attention(self.model):  # the backward's recompute (checkpointing) runs it too
             mb, weight = self._hidden(None, x)
@@ -342,58 +345,25 @@ class PolicyUpdater:
             # fp32 logits inside the op, whatever the operands: bf16 logits put a 3-6% error into the
             # ratio (docs/kernels.md#numerics)
             with torch.autocast(self.device.type, enabled=False):
-                out = grpo_loss(mb.hidden, weight, mb.targets, old, adv, w, ref_logp=ref, is_weights=is_w,
-                                sampler_logp=corrected, seq_ids=mb.seq_index, num_seqs=len(mb.seqs),
-                                options=self.options, backend=self.backend)
+                out = grpo_loss(mb.hidden, weight, mb.targets, t.old, t.advantages, t.weights, ref_logp=ref,
+                                is_weights=t.policy_weights, sampler_logp=t.mismatch_sampler,
+                                seq_ids=mb.seq_index, num_seqs=len(mb.seqs), options=self.options,
+                                backend=self.backend)
             out.loss.backward()
-        return self._micro_metrics(out, w, sampler, ref is not None)
+        return micro_metrics(out, t.weights, t.sampler, with_ref=ref is not None, corrects=self.options.is_cap > 0)
 
-    def _token_inputs(self, batch, plan, weight_of, old_logp, stale, num_micro, in_loss) -> list[torch.Tensor]:
-        """[N] fp32 host vectors of the micro-batch's tokens: w, adv, sampler, old, corrected[, is_w]."""
-        lens = batch.completion_lens[plan]
-        if self.aggregation.per_micro_batch:  # e.g. TRL's bnpo: this micro-batch's own normaliser
-            kept = in_loss[plan]
-            seq_w = sequence_weights(lens * kept, self.options.aggregation,
-                                     self.options.max_completion_len) * kept / num_micro
-        else:
-            seq_w = torch.tensor([weight_of[i] for i in plan], dtype=torch.float64)
-        w = torch.repeat_interleave(seq_w, lens)
-        adv = torch.repeat_interleave(batch.advantages[plan], lens)
-        sampler = torch.cat([batch.sampler_logprobs(i) for i in plan])
-        # The behaviour policy is what sampled the tokens: without a recomputed old pass (one
-        # optimizer step per batch) and for stale async re-rolls, pi_old is the sampler's log-prob.
-        old = torch.cat([
-            old_logp[i] if old_logp is not None and i in old_logp and (not stale[i] or _moved(batch, i))
-            else batch.sampler_logprobs(i)
-            for i in plan
-        ])
-        is_w = self._policy_weights(batch, plan, old, sampler)
-        # The mismatch correction (loss.is_mode) reads the sampler's log-probs; a sequence that a
-        # method weighs itself takes none (its sampler side is pi_old: a ratio of exactly 1).
-        corrected = torch.cat([old_i if batch.rollouts[i].weighting is not None else s_i for i, old_i, s_i in
-                               zip(plan, old.split(lens.tolist()), sampler.split(lens.tolist()))])
-        vectors = [w, adv, sampler, old, corrected] + ([is_w] if is_w is not None else [])
-        return [v.to(torch.float32) for v in vectors]
-
-    def _micro_metrics(self, out, w: torch.Tensor, sampler: torch.Tensor, with_ref: bool) -> dict[str, torch.Tensor]:
-        """Token-weighted sums of the kernels' means (means over active tokens, NaN for none). Which
-        metrics exist is known without looking at a value, so nothing here waits for the device."""
-        active = (w != 0).float()
-        tokens = active.sum()
-        m = {"tokens": tokens, "loss": out.loss.detach()}
-        corrects = self.options.is_cap > 0
-        computed = {"kl_mean": with_ref, "entropy_mean": out.entropy is not None,
-                    "is_weight_mean": corrects, "is_masked_frac": corrects}
-        for name, key in [("clip_frac_low", "clip_frac_low"), ("clip_frac_high", "clip_frac_high"),
-                          ("ratio_mean", "ratio_mean"), ("entropy_mean", "entropy"), ("kl_mean", "kl"),
-                          ("is_weight_mean", "is/weight_mean"), ("is_masked_frac", "is/masked_frac")]:
-            if computed.get(name, True):
-                m[key] = torch.nan_to_num(getattr(out, name), nan=0.0) * tokens
-        if "clip_frac_low" in m:
-            m["clip_frac"] = m["clip_frac_low"] + m["clip_frac_high"]
-        m["ratio_max"] = out.ratio_max
-        m["rollout/logp_mismatch"] = ((out.logp - sampler).abs() * active).sum()
-        return m
+    def _token_vectors(self, prepared: PreparedBatch, seqs: list[int], weight_of: dict[int, float],
+                       num_micro: int) -> TokenVectors:
+        """The micro-batch's per-token host vectors (mentor_fast/update_inputs.py)."""
+        batch = prepared.batch
+        w = token_weights(batch, seqs, self.options, weight_of, prepared.in_loss, num_micro)
+        adv = torch.repeat_interleave(batch.advantages[seqs], batch.completion_lens[seqs])
+        sampler = torch.cat([batch.sampler_logprobs(i) for i in seqs])
+        old = old_logprobs(batch, seqs, prepared.old_logp, prepared.stale)
+        is_w = self._policy_weights(batch, seqs, old, sampler)
+        mismatch = mismatch_sampler_logprobs(batch, seqs, old, sampler)
+        vectors = [v.to(torch.float32) for v in (w, adv, sampler, old, mismatch)]
+        return TokenVectors(*vectors, policy_weights=None if is_w is None else is_w.to(torch.float32))
 
     def _policy_weights(self, batch: TrainBatch, plan: list[int], old: torch.Tensor,
                         sampler: torch.Tensor) -> torch.Tensor | None:
@@ -419,19 +389,3 @@ class PolicyUpdater:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
-
-
-def _moved(batch: TrainBatch, i: int) -> bool:
-    """Trained in another context than the one it was sampled in (e.g. a transfer re-roll)."""
-    return batch.rollouts[i].behaviour_prompt_ids is not None
-
-
-def _accumulate(sums: dict[str, torch.Tensor], metrics: dict[str, torch.Tensor]) -> None:
-    """Token-weighted sums add up across micro-batches; `*_max` entries keep the maximum."""
-    for k, v in metrics.items():
-        if k not in sums:
-            sums[k] = v
-        elif k.endswith("_max"):
-            sums[k] = torch.maximum(sums[k], v)
-        else:
-            sums[k] = sums[k] + v

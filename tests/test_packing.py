@@ -13,7 +13,7 @@ from helpers import PAD, assert_grads_close, grads_of_update, make_groups, make_
 from mentor_fast.algo.batch import build_train_batch, plan_packed_micro_batches
 from mentor_fast.attention import varlen_available
 from mentor_fast.config import AdvantageConfig
-from mentor_fast.forward import Form, decoder_inputs, hidden_rows_ref, run_decoder
+from mentor_fast.forward import Form, ForwardSettings, decoder_inputs, hidden_rows_ref, run_decoder
 from mentor_fast.models import load_policy
 
 
@@ -61,9 +61,10 @@ def test_auto_packs_only_where_a_varlen_kernel_runs(tiny_model_path):
     packing=true packs anyway, with a block-diagonal mask, and takes precedence over shared prompts."""
     assert not varlen_available(torch.device("cpu"), torch.bfloat16)
     auto = make_updater(tiny_model_path, "fused", bf16=True)
-    assert auto.trainer_cfg.packing == "auto" and not auto.packed and not auto.varlen and auto.share_prompts
+    fwd = auto.forward_settings
+    assert auto.trainer_cfg.packing == "auto" and not fwd.packed and not fwd.varlen and fwd.share_prompts
     packed = make_updater(tiny_model_path, "fused", packing=True)
-    assert packed.packed and not packed.share_prompts
+    assert packed.forward_settings.packed and not packed.forward_settings.share_prompts
 
 
 @pytest.mark.gpu
@@ -83,7 +84,7 @@ def test_varlen_packed_rows_are_within_the_rule_of_padded_rows_on_a_gpu(tiny_mod
     for name, form, bf16 in (("fp32", Form.ROWS, False), ("rows", Form.ROWS, True), ("varlen", Form.PACKED, True)):
         model.zero_grad(set_to_none=True)
         x = decoder_inputs(batch, seqs, PAD, form).to(torch.device("cuda"))
-        mb = run_decoder(model, x, autocast_bf16=bf16, varlen=True)
+        mb = run_decoder(model, x, ForwardSettings(PAD, autocast_bf16=bf16, varlen=True))
         (mb.hidden.float() * probe).sum().backward()
         runs[name] = (mb.hidden.detach().float(), {n: p.grad.clone() for n, p in model.named_parameters()})
     (h32, g32), (h_rows, g_rows), (h_var, g_var) = runs["fp32"], runs["rows"], runs["varlen"]

@@ -104,7 +104,7 @@ def test_each_path_gives_todays_loss_and_gradients(tiny_model_path, path):
     assert_grads_close(g_new, g_today, rel=1e-5)
     assert float(m_new["loss"]) == pytest.approx(float(m_today["loss"]), rel=1e-5, abs=1e-7)
     assert float(m_new["grad_norm"]) == pytest.approx(float(m_today["grad_norm"]), rel=1e-5)
-    form = "shared" if upd.share_prompts else "packed" if upd.packed else "rows"
+    form = "shared" if upd.forward_settings.share_prompts else "packed" if upd.forward_settings.packed else "rows"
     assert form == {"rows, no checkpointing": "rows", "shared prompts": "shared"}.get(path, "packed")
 
 
@@ -156,7 +156,8 @@ def test_auto_checkpointing_is_off_where_the_activations_fit_and_on_where_not(ti
     assert checkpointing_needed(model, 4096, torch.bfloat16, pending_bytes=0, available=avail)
     upd = _updater(tiny_model_path, checkpointing="auto")
     upd.update(_batch(), 0)  # decided at the first update: the tiny model fits in this machine's memory
-    assert upd.checkpointing is False and not upd.model.is_gradient_checkpointing and upd.share_prompts
+    assert upd.checkpointing is False and not upd.model.is_gradient_checkpointing
+    assert upd.forward_settings.share_prompts
 
 
 @pytest.mark.gpu
@@ -167,7 +168,7 @@ def test_on_a_gpu_the_micro_batch_loop_never_synchronizes(tiny_model_path, path)
     autocast and the fused (Triton) loss: any host read, blocking copy or stream sync fails the test."""
     settings = TODAY if path == "today" else PATHS[path]
     upd = _updater(tiny_model_path, bf16=True, device="cuda", **settings)
-    assert upd.varlen == upd.packed == (path == "packed")  # packed rows take the varlen kernel
+    assert upd.forward_settings.varlen == upd.forward_settings.packed == (path == "packed")  # packed rows take the varlen kernel
     run, calls = upd._run, []
 
     def strict(*args, **kwargs):
