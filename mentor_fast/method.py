@@ -19,7 +19,7 @@ the trainer.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,6 +28,7 @@ from mentor_fast.config import RunConfig
 from mentor_fast.config.baselines import MethodKind
 from mentor_fast.data.chat import PromptBuilder
 from mentor_fast.dist import Dist
+from mentor_fast.metrics import Reduction
 from mentor_fast.recovery.rerolls import Scorer
 from mentor_fast.rollout.base import Request, RolloutEngine, SamplingParams
 from mentor_fast.types import Group, Problem, Sample
@@ -48,6 +49,10 @@ class RolloutPlan:
 
 
 class Method(Protocol):
+    metrics: Mapping[str, Reduction]
+    """How the method's own metrics reduce over ranks where their names would not say (the rest:
+    metrics.reduce_metrics's rules); its module's METRICS, for `timing_metrics`."""
+
     def before_rollout(self, step: int, problems: list[Problem], policy_version: int) -> RolloutPlan: ...
 
     def after_score(self, step: int, groups: list[Group], rider_samples: list[list[list[Sample]]],
@@ -72,6 +77,8 @@ class Method(Protocol):
 
 class NoMethod:
     """Vanilla GRPO: the step's prompts as drawn, its scored groups as they are."""
+
+    metrics: Mapping[str, Reduction] = {}
 
     def before_rollout(self, step: int, problems: list[Problem], policy_version: int) -> RolloutPlan:
         return RolloutPlan(problems)
@@ -125,6 +132,16 @@ METHODS: dict[MethodKind, str] = {
     MethodKind.SCAF: "mentor_fast.baselines.scaf:build",
     MethodKind.LUFFY: "mentor_fast.baselines.luffy:build",
 }
+
+
+def timing_metrics() -> tuple[str, ...]:
+    """Every method's metrics that depend on wall-clock time or the machine (a check that two runs
+    are the same run leaves them out)."""
+    names = set()
+    for target in METHODS.values():
+        module = importlib.import_module(target.split(":")[0])
+        names |= {k for k, r in getattr(module, "METRICS", {}).items() if r.timing}
+    return tuple(sorted(names))
 
 
 def build_method(ctx: MethodContext) -> Method:

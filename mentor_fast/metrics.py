@@ -9,10 +9,14 @@ import json
 import math
 import resource
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from mentor_fast.compat import StrEnum
 
 if TYPE_CHECKING:
     from mentor_fast.algo.batch import TrainBatch
@@ -42,42 +46,69 @@ def to_scalars(metrics: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-# How a per-rank metric becomes the run's (reduce_metrics). The rest are counts, summed.
-_MAX_PREFIXES = ("timing_s/", "perf/", "mentor/latency_s", "mentor/reroll_s", "off_policy/")
-_SAME = {"mentor/all_fail_frac", "mentor/collapse_event", "mentor/surge_active", "mentor/over_budget",
-         "mentor/graduations", "mentor/hinted_step", "trainer/skipped_step"}  # global already
-_WEIGHTED = {"groups/all_fail_frac_after_mentor": "mentor/assembled_groups"}  # mean weighted by
+class Reduce(StrEnum):
+    """How a per-rank metric becomes the run's (reduce_metrics)."""
+
+    SUM = "sum"  # counts
+    MAX = "max"  # times and lags: the slowest rank's
+    MIN = "min"
+    SHARED = "shared"  # the same on every rank already (a global plan): rank 0's
+    MEAN = "mean"  # per-rollout means and rates: every rank holds the same number of prompts
 
 
-_MEAN_SUFFIXES = ("/mean", "_frac", "_rate")  # per rollout on each rank: ranks hold equal shares
+@dataclass(frozen=True)
+class Reduction:
+    """A metric's reduction over ranks; a method declares its own (Method.metrics)."""
+
+    how: Reduce = Reduce.SUM
+    weight: str = ""  # MEAN weighted by this metric of each rank (e.g. a group count)
+    timing: bool = False  # depends on wall-clock time or the machine, not on the computation
 
 
-def reduce_metrics(dist, metrics: dict[str, float]) -> dict[str, float]:
-    """Every rank's metrics -> the run's: counts summed, times and lags the slowest rank's, values
-    the ranks share (the scheduler's plan) rank 0's, per-rollout means and rates averaged over
-    the ranks that report them (each rank holds the same number of prompts), the mentor's
-    after-assembly fraction weighted by its group count. Every rank calls it; with one rank it
-    is the identity. (The trainer computes the initial groups' and the batch's metrics from
-    exact sums instead: group_metrics, batch_metrics.)"""
+_MAX_PREFIXES = ("timing_s/", "perf/", "off_policy/")
+_MEAN_SUFFIXES = ("/mean", "_frac", "_rate")
+_SHARED = {"trainer/skipped_step"}
+
+
+def _rule(key: str) -> Reduction:
+    """The trainer's own metrics: counts summed unless the name says otherwise."""
+    if key in _SHARED:
+        return Reduction(Reduce.SHARED)
+    if key.startswith(_MAX_PREFIXES) or key.endswith("_max"):
+        return Reduction(Reduce.MAX)
+    if key.endswith(_MEAN_SUFFIXES):
+        return Reduction(Reduce.MEAN)
+    return Reduction(Reduce.SUM)
+
+
+def reduce_metrics(dist, metrics: dict[str, float], declared: Mapping[str, Reduction] | None = None
+                   ) -> dict[str, float]:
+    """Every rank's metrics -> the run's: a metric `declared` names (the method's) as declared, the
+    others by their names: counts summed, times and lags the slowest rank's, per-rollout means and
+    rates averaged over the ranks that report them (each rank holds the same number of prompts).
+    Every rank calls it; with one rank it is the identity. (The trainer computes the initial
+    groups' and the batch's metrics from exact sums instead: group_metrics, batch_metrics.)"""
     if not dist.enabled:
         return metrics
+    declared = declared or {}
     parts = dist.gather(metrics)
     keys = list(dict.fromkeys(k for part in parts for k in part))
     out = {}
     for k in keys:
         values = [part.get(k) for part in parts]
         present = [v for v in values if v is not None]
-        if k in _SAME:
+        rule = declared.get(k) or _rule(k)
+        if rule.how == Reduce.SHARED:
             out[k] = present[0]
-        elif k.startswith(_MAX_PREFIXES) or k.endswith("_max"):
+        elif rule.how == Reduce.MAX:
             out[k] = max(present)
-        elif k == "mentor/overlap_frac":
+        elif rule.how == Reduce.MIN:
             out[k] = min(present)
-        elif k in _WEIGHTED:
-            w = [part.get(_WEIGHTED[k], 0.0) for part in parts]
+        elif rule.how == Reduce.MEAN and rule.weight:
+            w = [part.get(rule.weight, 0.0) for part in parts]
             total = sum(w)
             out[k] = sum(v * c for v, c in zip(values, w) if v is not None) / total if total else 0.0
-        elif k.endswith(_MEAN_SUFFIXES):
+        elif rule.how == Reduce.MEAN:
             out[k] = sum(present) / len(present)
         else:
             out[k] = sum(present)

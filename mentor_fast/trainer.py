@@ -41,7 +41,7 @@ from mentor_fast.data import PromptBuilder, PromptTooLong, build_source
 from mentor_fast.determinism import deterministic_algorithms, wanted
 from mentor_fast.dist import Dist, RankFailure
 from mentor_fast.kernels import GRPOOptions
-from mentor_fast.method import Method, MethodContext, RolloutPlan, build_method
+from mentor_fast.method import Method, MethodContext, RolloutPlan, build_method, timing_metrics
 from mentor_fast.metrics import (
     MetricsLogger,
     batch_metrics,
@@ -69,7 +69,7 @@ from mentor_fast.types import Group, Rollout, Sample
 from mentor_fast.update import PolicyUpdater, build_optimizer
 
 # Metrics that depend on wall-clock or machine state, not on the computation.
-TIMING_PREFIXES = ("timing_s/", "perf/", "mentor/latency_s", "mentor/reroll_s", "mentor/overlap_frac")
+TIMING_PREFIXES = ("timing_s/", "perf/", *timing_metrics())
 
 
 def seed_everything(seed: int) -> None:
@@ -271,7 +271,7 @@ class Trainer:
                 metrics.update(self.engine.pop_metrics())
         metrics = timer.metrics | metrics  # an engine's own timing_s/weight_sync wins
         metrics["perf/peak_mem_gb"] = peak_mem_gb()
-        row = reduce_metrics(self.dist, to_scalars(metrics)) | initial | sampled | to_scalars(learned)
+        row = reduce_metrics(self.dist, to_scalars(metrics), self.method.metrics) | initial | sampled | to_scalars(learned)
         row["perf/tokens_per_s"] = row["batch/tokens"] / row["timing_s/step"]
         if "timing_s/weight_sync" in row:
             row["perf/weight_sync_frac"] = row["timing_s/weight_sync"] / row["timing_s/step"]

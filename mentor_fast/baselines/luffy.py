@@ -36,15 +36,20 @@ from mentor_fast.algo.assemble import LossMode, assemble_groups
 from mentor_fast.config import MentorLossConfig, RunConfig
 from mentor_fast.dist import Dist
 from mentor_fast.method import MethodContext, RolloutPlan
+from mentor_fast.metrics import Reduction
 from mentor_fast.recovery.rerolls import Scorer
 from mentor_fast.recovery.rescue import treat
 from mentor_fast.recovery.scheduler import Scheduler, every_rank
 from mentor_fast.sft import sft_target
 from mentor_fast.types import Group, Problem, Rollout
 
+METRICS: dict[str, Reduction] = {}  # luffy/*: counts, summed over ranks
+
 
 class LuffyMethod:
     """A failed group selected by the scheduler gets the expert trace in place of one rollout."""
+
+    metrics = METRICS
 
     def __init__(self, cfg: RunConfig, tokenizer: Any, score: Scorer, dist: Dist | None = None) -> None:
         self.cfg, self.tokenizer, self.score = cfg, tokenizer, score

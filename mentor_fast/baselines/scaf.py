@@ -38,11 +38,13 @@ from mentor_fast.config import MentorConfig, RunConfig
 from mentor_fast.config.mentor import BackendKind
 from mentor_fast.mentor.method import MentorMethod
 from mentor_fast.mentor.pipeline import Mentor
+from mentor_fast.mentor.report import METRICS as MENTOR_METRICS
 from mentor_fast.mentor.writers.solutions import WorkedSolutions
 from mentor_fast.method import MethodContext
 from mentor_fast.recovery.scheduler import Scheduler
 
 TIERS = (1, 2, 3)  # knowledge, planning, solution: the writer's hint levels
+METRICS = MENTOR_METRICS  # Scaf runs on MentorMethod: its metrics are MENTOR's
 
 
 def scaf_config(cfg: RunConfig) -> MentorConfig:

@@ -40,6 +40,7 @@ from mentor_fast.config.mentor import RerollSchedule
 from mentor_fast.dist import Dist
 from mentor_fast.mentor.backends import BackendKind
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
+from mentor_fast.mentor.report import METRICS
 from mentor_fast.method import MethodContext, RolloutPlan, Sampling
 from mentor_fast.recovery.rerolls import RerollRequest, Scorer
 from mentor_fast.recovery.scheduler import every_rank
@@ -85,6 +86,8 @@ class MentorMethod:
     num_generations: G (shared rows skip whole prompts of G rows); dump_path: mentor.jsonl
     (written by rank 0); dist: the ranks.
     """
+
+    metrics = METRICS
 
     def __init__(self, cfg: MentorConfig, mentor: Mentor, engine: RolloutEngine, score: Scorer, sampling: Sampling,
                  num_generations: int, dump_path: Path | None = None, dist: Dist | None = None):

@@ -6,9 +6,20 @@ from collections import Counter
 from typing import Any
 
 from mentor_fast.mentor.cases import truncate_middle
+from mentor_fast.metrics import Reduce, Reduction
 from mentor_fast.recovery.intervention import Intervention
 from mentor_fast.recovery.scheduler import StepPlan
 from mentor_fast.types import Group
+
+# How the metrics below reduce over ranks where their names alone would not say (the rest are
+# counts, summed): the scheduler's plan is global, every rank reports it the same.
+METRICS: dict[str, Reduction] = {
+    **dict.fromkeys(("mentor/latency_s", "mentor/reroll_s"), Reduction(Reduce.MAX, timing=True)),
+    "mentor/overlap_frac": Reduction(Reduce.MIN, timing=True),
+    **dict.fromkeys(("mentor/all_fail_frac", "mentor/collapse_event", "mentor/surge_active", "mentor/over_budget",
+                     "mentor/graduations", "mentor/hinted_step"), Reduction(Reduce.SHARED)),
+    "groups/all_fail_frac_after_mentor": Reduction(Reduce.MEAN, weight="mentor/assembled_groups"),
+}
 
 
 def step_metrics(plan: StepPlan | None, ivs: list[Intervention], out: list[Group], graduations: int,
