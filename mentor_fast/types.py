@@ -110,6 +110,16 @@ class Rollout:
     weighting: TokenWeighting | None = None  # None: the run's mismatch correction (loss.is_mode)
     extra_terms: tuple[ExtraTerm, ...] = ()
 
+    @classmethod
+    def from_sample(cls, problem: Problem, group_id: int, prompt_ids: list[int], sample: Sample, text: str,
+                    **fields: Any) -> Rollout:
+        """The rollout of what an engine generated for `prompt_ids`: the sample's tokens, log-probs,
+        finish reason and policy version; text: the decoded completion; fields: the others (origin,
+        hint, ...), unscored."""
+        return cls(problem=problem, group_id=group_id, prompt_ids=list(prompt_ids),
+                   completion_ids=list(sample.token_ids), sampler_logprobs=list(sample.logprobs), text=text,
+                   finish_reason=sample.finish_reason, policy_version=sample.policy_version, **fields)
+
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"

@@ -17,12 +17,15 @@ from mentor_fast.data import (
     JsonlSource,
     PromptBuilder,
     PromptTooLong,
+    Sampler,
+    TableSource,
     build_source,
     load_jsonl,
     make_problem,
 )
+from mentor_fast.data.jsonl import BadRow, problem_from_row
 from mentor_fast.data.ladder import LEVELS
-from mentor_fast.types import Problem
+from mentor_fast.types import Problem, Rollout, Sample
 
 _ARITH = re.compile(r"^[0-9+\-* ()]+$")
 
@@ -314,6 +317,43 @@ def test_jsonl_source_epochs_and_eval(tmp_path):
     assert len(ev) == 3 and [p.gold for p in ev] != epoch0[:3]  # a separate permutation
     assert [p.gold for p in src.eval_problems(0)] == [str(i) for i in range(10)]
     assert isinstance(build_source(DataConfig(), seed=0), Curriculum)
+
+
+def test_a_jsonl_file_and_the_same_rows_as_a_table_draw_the_same_problems(tmp_path):
+    """One Sampler draws for every file-backed source: the same rows as JSONL, as a table handed over
+    in Python and as a bare Sampler over the loaded problems give the same batches, rounds and eval set."""
+    rows = [_row(question=f"q{i}", answer=f"#### {i}") for i in range(11)]
+    path = _write(tmp_path, "eleven.jsonl", rows)
+    jsonl = build_source(DataConfig(source="jsonl", path=str(path), eval_size=4), seed=5)
+    table = build_source(DataConfig(source="dataset", eval_size=4), seed=5, rows=[json.loads(r) for r in rows])
+    assert isinstance(table, TableSource) and not isinstance(table, JsonlSource)
+    bare = Sampler(jsonl.problems, seed=5, eval_size=4)
+    for draw in (lambda s: s.batch(3, 4), lambda s: s.batch(3, 4, round=2), lambda s: s.eval_problems()):
+        golds = [p.gold for p in draw(jsonl)]
+        assert golds == [p.gold for p in draw(table)] == [p.gold for p in draw(bare)]
+    assert [p.gold for p in jsonl.batch(3, 4, round=2)] != [p.gold for p in jsonl.batch(3, 4)]
+    assert len(jsonl.eval_problems()) == 4
+
+
+def test_a_row_becomes_a_problem_in_one_place():
+    row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}],
+           "solution": "5", "difficulty": "easy"}
+    p = problem_from_row(row, "t-1", "t.jsonl:1", "plain")
+    assert (p.id, p.source, p.question, p.gold) == ("t-1", "t.jsonl:1", "What is 2 + 3?", "5")
+    assert p.context == (("system", "Be brief."),) and p.columns == {"difficulty": "easy"}
+    with pytest.raises(BadRow):
+        problem_from_row({"prompt": "q"}, "t-2", "t.jsonl:2", "plain")
+
+
+def test_a_rollout_of_a_sample_carries_its_tokens_logprobs_and_version():
+    problem = make_problem(1, random.Random(0), "p")
+    sample = Sample(token_ids=[5, 6, 2], logprobs=[-0.5, -1.0, -0.1], finish_reason="length", policy_version=3)
+    r = Rollout.from_sample(problem, 7, [1, 2], sample, "five", origin="mentor")
+    assert (r.problem, r.group_id, r.prompt_ids, r.completion_ids, r.text) == (problem, 7, [1, 2], [5, 6, 2], "five")
+    assert (r.sampler_logprobs, r.finish_reason, r.policy_version) == ([-0.5, -1.0, -0.1], "length", 3)
+    assert r.origin == "mentor" and r.truncated and r.reward == 0.0 and not r.correct
+    r.completion_ids.append(9)  # its own lists: the sample is left as the engine returned it
+    assert sample.token_ids == [5, 6, 2]
 
 
 # -- chat prompts ---------------------------------------------------------------------------------

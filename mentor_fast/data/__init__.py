@@ -21,6 +21,7 @@ from mentor_fast.data.code_sources import (
 )
 from mentor_fast.data.jsonl import DataError, JsonlSource, LoadReport, load_jsonl
 from mentor_fast.data.ladder import Curriculum, make_problem
+from mentor_fast.data.sampler import Sampler
 from mentor_fast.data.table import TableSource, dataset_rows, load_table
 from mentor_fast.types import Problem
 
@@ -61,6 +62,7 @@ __all__ = [
     "ProblemSource",
     "PromptBuilder",
     "PromptTooLong",
+    "Sampler",
     "TableSource",
     "build_source",
     "dataset_rows",

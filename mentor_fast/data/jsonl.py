@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import json
-import random
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any, Literal
 
 from mentor_fast.answers import last_boxed
 from mentor_fast.config import DataConfig
+from mentor_fast.data.sampler import Sampler
 from mentor_fast.types import Problem
 
 Format = Literal["auto", "gsm8k", "math", "plain"]
@@ -186,6 +186,14 @@ def read_row(row: dict[str, Any], fmt: Format, question_key: str = "", answer_ke
     return question, context, gold, steps, extra
 
 
+def problem_from_row(row: dict[str, Any], problem_id: str, source: str, fmt: Format = "auto",
+                     question_key: str = "", answer_key: str = "") -> Problem:
+    """One row as a Problem (`read_row`'s fields, the other columns kept for reward functions); raises
+    BadRow. source: where the row is, for messages ("path:line", "train_dataset:row 3")."""
+    question, context, gold, steps, extra = read_row(row, fmt, question_key, answer_key)
+    return Problem(problem_id, question, gold, steps, source=source, columns=extra, context=context)
+
+
 RowConverter = Callable[[dict[str, Any], int], Problem]  # (row, line number) -> Problem; raises BadRow
 
 
@@ -259,46 +267,24 @@ def load_jsonl(
     path = Path(path)
 
     def convert(row: dict[str, Any], line_no: int) -> Problem:
-        question, context, gold, steps, extra = read_row(row, fmt, question_key, answer_key)
-        return Problem(f"{path.stem}-{line_no}", question, gold, steps, source=f"{path}:{line_no}",
-                       columns=extra, context=context)
+        return problem_from_row(row, f"{path.stem}-{line_no}", f"{path}:{line_no}", fmt, question_key, answer_key)
 
     return load_rows(path, convert, on_bad_row)
 
 
 class JsonlSource:
-    """A JSONL file as a problem source: a seeded permutation per epoch; item p = step * size + i.
-    Dynamic sampling's round k > 0 reads the same positions in permutations of its own, so each
-    round's stream also visits every row once per epoch."""
+    """A JSONL file as a problem source, drawn by a `Sampler`."""
 
     def __init__(self, cfg: DataConfig, seed: int):
         self.problems, self.report = self.load(cfg)
-        self.seed = seed
-        self.eval_size = cfg.eval_size
-        self._perms: dict[Any, list[int]] = {}
+        self.sampler = Sampler(self.problems, seed, cfg.eval_size)
 
     def load(self, cfg: DataConfig) -> tuple[list[Problem], LoadReport]:
         """The file's problems (data/code_sources.py's CodeJsonlSource reads code rows instead)."""
         return load_jsonl(cfg.path, cfg.format, cfg.question_key, cfg.answer_key, cfg.on_bad_row)
 
-    def _perm(self, key: Any) -> list[int]:
-        if key not in self._perms:
-            if len(self._perms) > 16:  # per stream, only the current (and maybe next) epoch is hot
-                self._perms.pop(next(iter(self._perms)))
-            order = list(range(len(self.problems)))
-            random.Random(f"jsonl:{self.seed}:{key}").shuffle(order)
-            self._perms[key] = order
-        return self._perms[key]
-
     def batch(self, step: int, size: int, round: int = 0) -> list[Problem]:
-        n = len(self.problems)
-        stream = ("epoch",) if round == 0 else ("round", round)
-        return [self.problems[self._perm((*stream, p // n))[p % n]] for p in range(step * size, (step + 1) * size)]
+        return self.sampler.batch(step, size, round)
 
     def eval_problems(self, n: int | None = None) -> list[Problem]:
-        """The first n rows of a separate permutation (default cfg.eval_size); n <= 0: the whole file
-        in file order. Rows come from the same file as training: point data.path at a held-out split."""
-        n = self.eval_size if n is None else n
-        if n <= 0:
-            return list(self.problems)
-        return [self.problems[i] for i in self._perm("eval")[:n]]
+        return self.sampler.eval_problems(n)

@@ -5,7 +5,7 @@ Rows read as TRL's GRPOTrainer reads them (jsonl.read_row): `prompt` a string or
 every other column passed to the reward functions under its own name, the gold answer from a
 column that can be named (by default `solution`, `answer`, then `reward_model.ground_truth`, so
 verl's parquet layout reads as it is). The whole table becomes a list of Problems once, when the run
-starts; a step indexes that list through JsonlSource's seeded permutation, so a step never reads
+starts; a step indexes that list through its `Sampler` (data/sampler.py), so a step never reads
 the file again and a resumed run draws the same problems.
 
 Problem.id = "<name>-<row>" and Problem.source = "<path>:row <row>", with `row` the 0-based index a
@@ -24,12 +24,12 @@ from mentor_fast.config import DataConfig
 from mentor_fast.data.jsonl import (
     BadRow,
     DataError,
-    JsonlSource,
     LoadReport,
     collect_rows,
     load_jsonl,
-    read_row,
+    problem_from_row,
 )
+from mentor_fast.data.sampler import Sampler
 from mentor_fast.types import Problem
 
 FileFormat = Literal["parquet", "json", "jsonl", "arrow"]
@@ -120,8 +120,7 @@ def problems_from_rows(rows: Iterable[Any], name: str, cfg: DataConfig,
     def convert(row: Any, i: int) -> Problem:
         if not isinstance(row, dict):
             raise BadRow("not_an_object", f"row is a {type(row).__name__}, not a mapping of columns")
-        question, context, gold, steps, extra = read_row(row, cfg.format, cfg.question_key, cfg.answer_key)
-        return Problem(f"{stem}-{i}", question, gold, steps, source=where(i), columns=extra, context=context)
+        return problem_from_row(row, f"{stem}-{i}", where(i), cfg.format, cfg.question_key, cfg.answer_key)
 
     return collect_rows(name, ((where(i), convert, row, i) for i, row in enumerate(rows)), cfg.on_bad_row)
 
@@ -157,21 +156,28 @@ def dataset_rows(dataset: Any) -> list[Any]:
     raise DataError(f"train_dataset: a datasets.Dataset, a list of dicts or a path, got {type(dataset).__name__}")
 
 
-class TableSource(JsonlSource):
+class TableSource:
     """A table as a problem source: data.path (source=file), or rows handed over in Python
-    (source=dataset); sampled as JsonlSource samples a JSONL file."""
+    (source=dataset); drawn by a `Sampler` as a JSONL file's rows are."""
 
     def __init__(self, cfg: DataConfig, seed: int, rows: list[Any] | None = None):
-        self._rows = rows
-        super().__init__(cfg, seed)
-        self._rows = None  # the Problems hold what a step needs
+        self.problems, self.report = load_table_source(cfg, rows)  # the Problems hold what a step needs
+        self.sampler = Sampler(self.problems, seed, cfg.eval_size)
 
-    def load(self, cfg: DataConfig) -> tuple[list[Problem], LoadReport]:
-        if cfg.source == "dataset":
-            if self._rows is None:
-                raise DataError("data.source=dataset takes its rows from mentor_fast.GRPOTrainer(train_dataset=...); "
-                                "from the CLI use data.source=file with data.path")
-            return problems_from_rows(self._rows, "train_dataset", cfg)
-        if not cfg.path:
-            raise DataError("data.path is required for data.source=file")
-        return load_table(cfg.path, cfg)
+    def batch(self, step: int, size: int, round: int = 0) -> list[Problem]:
+        return self.sampler.batch(step, size, round)
+
+    def eval_problems(self, n: int | None = None) -> list[Problem]:
+        return self.sampler.eval_problems(n)
+
+
+def load_table_source(cfg: DataConfig, rows: list[Any] | None) -> tuple[list[Problem], LoadReport]:
+    """source=dataset: the rows handed over; source=file: the table at data.path."""
+    if cfg.source == "dataset":
+        if rows is None:
+            raise DataError("data.source=dataset takes its rows from mentor_fast.GRPOTrainer(train_dataset=...); "
+                            "from the CLI use data.source=file with data.path")
+        return problems_from_rows(rows, "train_dataset", cfg)
+    if not cfg.path:
+        raise DataError("data.path is required for data.source=file")
+    return load_table(cfg.path, cfg)
