@@ -15,8 +15,10 @@ kind: a rank with fewer micro-batches (or none: all its groups have zero advanta
 ones. The metrics are reduced over ranks before they are reported.
 
 On a GPU the loop is launch-bound, so it never waits on the device: each micro-batch's inputs are
-built on the host and queued (forward.py), the metrics stay device tensors until the trainer reads
-them after the update, the grad norm too; the optimizer step is fused or foreach (optim.py). What
+built on the host and queued (its decoder inputs: forward.py; its per-token vectors, pi_old and the
+mismatch correction's: update_inputs.py), the metrics stay device tensors until the trainer reads
+them after the update (update_metrics.py), the grad norm too; the optimizer step is fused or
+foreach (optim.py). What
 a micro-batch is made of: packed rows, shared prompts or padded rows (trainer.packing,
 shared_prompt_forward), with gradient checkpointing where the activations would not fit
 (model.gradient_checkpointing=auto).

@@ -26,6 +26,7 @@ from mentor_fast.forward import Form, decoder_inputs, hidden_rows_ref, run_decod
 from mentor_fast.models import load_policy
 from mentor_fast.types import ExtraTerm, TokenWeighting
 from mentor_fast.update import PolicyUpdater
+from mentor_fast.update_inputs import mismatch_sampler_logprobs
 
 
 def test_shared_prompt_hidden_states_and_gradients_match_full_rows(tiny_model_path):
@@ -349,3 +350,30 @@ def test_each_mismatch_mode_corrects_a_recomputed_pi_old_and_logs_it(tiny_model_
     assert float(m["is/weight_mean"]) != pytest.approx(1.0, abs=1e-3)  # the correction acted
     off = make_updater(tiny_model_path, loss={"is_mode": mode, "is_cap": 0.0}, mini_batches=2)
     assert "is/weight_mean" not in grads_of_update(off, batch)[1]
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
+def test_the_mismatch_correction_leaves_out_exactly_the_sequences_a_method_weighs(mode):
+    """A sequence with its own `weighting` gets a mismatch weight of exactly 1 on every token (its
+    method's weights replace the correction); the others are weighed by pi_old / mu."""
+    import dataclasses
+
+    from mentor_fast.kernels.mismatch import mismatch_weights
+
+    groups = make_groups([[1, 0, 0]], seed=3, hinted=False)
+    r = groups[0].rollouts[1]
+    groups[0].rollouts[1] = dataclasses.replace(r, weighting=TokenWeighting("truncated_is", 2.0))
+    batch = build_train_batch(groups, AdvantageConfig())
+    plan = list(range(batch.num_seqs))
+    lens = batch.completion_lens.tolist()
+    sampler = torch.cat([batch.sampler_logprobs(i) for i in plan])
+    old = sampler + 0.05  # a recomputed pi_old: e^0.05 a token, e^0.45 for 9 tokens, inside the cap of 3
+    given = mismatch_sampler_logprobs(batch, plan, old, sampler)
+    seq_ids = torch.repeat_interleave(torch.arange(len(plan)), torch.tensor(lens))
+    w = mismatch_weights(old, given, mode, cap=3.0, seq_ids=seq_ids, num_seqs=len(plan)).split(lens)
+    for i, (wi, gi, si) in enumerate(zip(w, given.split(lens), sampler.split(lens))):
+        if i == 1:
+            assert (wi == 1.0).all()
+        else:
+            assert torch.equal(gi, si) and (wi > 1.0).all()
+
