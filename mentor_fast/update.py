@@ -210,14 +210,15 @@ class PolicyUpdater:
                                   backend=self.backend, compute_dtype=self.options.compute_dtype)
 
     # ---------------------------------------------------------------- the update
-    def update(self, batch: TrainBatch, current_version: int) -> dict[str, torch.Tensor]:
-        """One rollout batch -> ppo_epochs x mini_batches optimizer steps. Returns metric tensors.
-        pi_old and the mismatch correction: mentor_fast/update_inputs.py."""
+    def update(self, batch: TrainBatch, policy_version: int) -> dict[str, torch.Tensor]:
+        """One rollout batch -> ppo_epochs x mini_batches optimizer steps on the policy at `policy_version`
+        (a rollout sampled by an older one is stale). Returns metric tensors. pi_old and the mismatch
+        correction: mentor_fast/update_inputs.py."""
         if not self.optim_cfg.step_without_signal and not self.dist.any(not self.signal_free(batch)):
             return self._skip_step()
         t0 = time.perf_counter()
         self._decide_checkpointing()
-        prepared = self._prepare(batch, current_version)
+        prepared = self._prepare(batch, policy_version)
         old_s = time.perf_counter() - t0
         totals = UpdateTotals()
         context = TermContext(self.model, self.options.temperature, forward=self.policy, idle=self._idle,
@@ -235,7 +236,7 @@ class PolicyUpdater:
             self.scheduler.step()
         return skipped_update_metrics(self.scheduler.get_last_lr()[0])
 
-    def _prepare(self, batch: TrainBatch, current_version: int) -> PreparedBatch:
+    def _prepare(self, batch: TrainBatch, policy_version: int) -> PreparedBatch:
         """pi_old, where the sampler's log-probs will not do: with one optimizer step per batch it is
         the sampler's (on the HF engine in fp32 it equals the trainer's to ~1e-5, see
         `rollout/logp_mismatch`), so no forward is spent on it; with several it is recomputed here
@@ -250,7 +251,7 @@ class PolicyUpdater:
         if self.dist.any(bool(to_move)):
             old_logp = {**(old_logp or {}), **self.logprobs(None, batch, to_move)}
         return PreparedBatch(batch, in_loss, batch.completion_lens * in_loss, computed, old_logp,
-                             stale=batch.policy_versions < current_version,
+                             stale=batch.policy_versions < policy_version,
                              sync_each=self.dist.any(any(r.extra_terms for r in batch.rollouts)))
 
     def _mini_batches(self, num_seqs: int) -> list[list[int]]:

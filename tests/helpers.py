@@ -85,7 +85,7 @@ def grads_of_update(updater: PolicyUpdater, batch) -> tuple[dict[str, torch.Tens
         return step()
 
     updater._optimizer_step = capture
-    metrics = updater.update(batch, current_version=0)
+    metrics = updater.update(batch, policy_version=0)
     return seen, metrics
 
 

@@ -178,7 +178,7 @@ def test_moved_rerolls_are_weighted_from_pi_old_under_q(tiny_model_path, kind):
         return out
 
     upd._policy_weights = spy
-    upd.update(batch, current_version=0)
+    upd.update(batch, policy_version=0)
     k = batch.rollouts.index(moved)
     lens = batch.completion_lens.tolist()
     for plan, old, is_w in seen:
@@ -259,7 +259,7 @@ def test_distill_off_leaves_the_update_unchanged(tiny_model_path):
         groups = make_groups([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
         terms = (ExtraTerm("distill", coef, tuple(groups[0].prompt_ids)),) if coef else ()
         groups[0].rollouts[-1] = dataclasses.replace(groups[0].rollouts[-1], origin="mentor", extra_terms=terms)
-        metrics = upd.update(build_train_batch(groups, AdvantageConfig()), current_version=0)
+        metrics = upd.update(build_train_batch(groups, AdvantageConfig()), policy_version=0)
         return [p.detach().clone() for p in upd.model.parameters()], metrics
 
     base, m0 = run(0.0)
