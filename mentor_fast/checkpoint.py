@@ -132,13 +132,13 @@ def load_rank_state(ckpt: Path, rank: int) -> dict[str, Any]:
     path = ckpt / "ranks" / f"rank_{rank}.pt"
     if not path.is_file():
         raise CheckpointError(f"{ckpt} has no {path.relative_to(ckpt)}: it is not a complete checkpoint")
-    return torch.load(path, weights_only=False)
+    return _load(path)
 
 
 def saved_ranks(ckpt: Path) -> list[dict[str, Any]]:
     """Every rank's saved state, in rank order (empty for a checkpoint without ranks/)."""
     paths = sorted((ckpt / "ranks").glob("rank_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    return [torch.load(p, weights_only=False) for p in paths]
+    return [_load(p) for p in paths]
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -151,5 +151,18 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     policy = ckpt / "policy"
     if not path.is_file() or not ((policy / "config.json").is_file() or (policy / "adapter_config.json").is_file()):
         raise CheckpointError(f"{ckpt} is not a complete checkpoint (missing trainer_state.pt or policy/)")
+    return _load(path)
+
+
+def _load(path: Path) -> dict[str, Any]:
     # weights_only=False: the state holds Python RNG tuples and numpy arrays we wrote ourselves
-    return torch.load(path, weights_only=False)
+    try:
+        return torch.load(path, weights_only=False)
+    except (ModuleNotFoundError, AttributeError) as e:
+        # a checkpoint written before method state was plain data pickled the method's classes by
+        # their module path, which a later version may have moved
+        ckpt = path.parent.parent if path.parent.name == "ranks" else path.parent
+        raise CheckpointError(
+            f"{path}: holds Python objects this version cannot rebuild ({e}); an older mentor_fast wrote "
+            f"it. Resume it with the version that wrote it, or start a new run from its weights: "
+            f"model.path={ckpt / 'policy'}") from e
