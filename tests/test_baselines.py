@@ -19,7 +19,7 @@ from mentor_fast.mentor.testing import (
     exact_score,
     ladder_problem,
     make_group,
-    mentor_config,
+    mentor_configs,
     scripted_generate,
 )
 from mentor_fast.mentor.writers.blind import BlindAgents
@@ -91,7 +91,7 @@ def test_scaf_hints_do_not_depend_on_the_attempts():
         hints[name] = [h.text for h in out.interventions[0].hints]
     assert hints["blank"] == hints["step_1"] and len(hints["blank"]) == 3
     # MENTOR's diagnosis reads the attempts: the one that wrote step 1 is pointed at step 2
-    sighted = [Mentor(mentor_config("trigger.max_groups_frac=1.0"), WorkedSolutions(), CharPromptBuilder())
+    sighted = [Mentor(*mentor_configs("trigger.max_groups_frac=1.0"), WorkedSolutions(), CharPromptBuilder())
                .write_hints([g], 5).interventions[0].hint.text for g in (blank, wrote_step_1)]
     assert sighted[0] != sighted[1] and "432 - 129" in sighted[1]
 
@@ -103,7 +103,7 @@ def test_scaf_exemption_period_holds_through_a_collapse_surge():
         assert plan.surge_active and plan.selected == []
     assert len(mentor.scheduler.plan([failed_group(group_id=9)], 4).selected) == 1
     # MENTOR's own exemption gives way to a surge
-    sighted = Mentor(mentor_config("trigger.exempt_steps=3"), WorkedSolutions(), CharPromptBuilder())
+    sighted = Mentor(*mentor_configs("trigger.exempt_steps=3"), WorkedSolutions(), CharPromptBuilder())
     assert len(sighted.scheduler.plan([failed_group()], 0).selected) == 1
 
 
@@ -128,8 +128,8 @@ def test_the_no_diagnosis_writer_never_reads_the_attempts():
     # an LLM writer is sent no attempt text and no answer count
     seen = []
     backend = ScriptedBackend(lambda messages: seen.append(messages) or None)
-    mentor = Mentor(mentor_config("trigger.max_groups_frac=1.0", "agents.backend=openai", "agents.model=m",
-                                  "agents.blind=true"), backend, CharPromptBuilder())
+    mentor = Mentor(*mentor_configs("trigger.max_groups_frac=1.0", "agents.backend=openai", "agents.model=m",
+                                    "agents.blind=true"), backend, CharPromptBuilder())
     secret = "SECRET-ATTEMPT-77 so \\boxed{300}"
     mentor.write_hints([failed_group([secret] * G, problem=p)], 0)
     sent = json.dumps(seen)

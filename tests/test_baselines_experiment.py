@@ -36,13 +36,13 @@ def test_every_arm_loads_as_a_config_that_runs_its_method(task):
     assert [arm for arm, cfg in cfgs.items() if cfg.rollout.dynamic_sampling] == ["dynamic_sampling"]
     assert cfgs["dynamic_sampling"].rollout.dynamic_sampling_rounds == args.ds_rounds
     # --mentor-set reaches the three mentor arms and no other
-    assert [arm for arm, cfg in cfgs.items() if cfg.mentor.trigger.surge_steps == 3] == [
+    assert [arm for arm, cfg in cfgs.items() if cfg.recovery.trigger.surge_steps == 3] == [
         "mentor", "mentor_no_diagnosis", "mentor_no_distill"]
     assert [arm for arm, cfg in cfgs.items() if cfg.mentor.agents.blind] == ["mentor_no_diagnosis"]
     assert {arm: cfgs[arm].mentor.loss.distill_coef for arm in ("mentor", "mentor_no_diagnosis", "mentor_no_distill")
             } == {"mentor": 1.0, "mentor_no_diagnosis": 1.0, "mentor_no_distill": 0.0}
     # Scaf has MENTOR's re-roll budget, and its own start level (the schema's default, not --mentor-start-level)
-    scaf, mentor = cfgs["scaf"].mentor, cfgs["mentor"].mentor
+    scaf, mentor = cfgs["scaf"].recovery, cfgs["mentor"].recovery
     assert (scaf.reroll.schedule, scaf.reroll.count, scaf.reroll.horizon) == (
         mentor.reroll.schedule, mentor.reroll.count, mentor.reroll.horizon) == (
         "next_step_shared_rows", 2, {"math": 1.0, "code": 0.0}[task])

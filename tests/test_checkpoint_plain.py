@@ -7,7 +7,7 @@ import pytest
 
 from mentor_fast.mentor import Diagnosis, FailureCase, Mentor, TaskKind, WorkedSolutions
 from mentor_fast.mentor.pipeline import HintedStep
-from mentor_fast.mentor.testing import CharPromptBuilder, ladder_problem, make_group, mentor_config
+from mentor_fast.mentor.testing import CharPromptBuilder, ladder_problem, make_group, mentor_configs
 from mentor_fast.recovery.plain import from_plain, is_plain, to_plain
 from mentor_fast.rewards.code import CodeResult
 from mentor_fast.types import CodeTask, ExtraTerm, Group, Hint, Problem, Rollout, TokenWeighting
@@ -20,7 +20,7 @@ def json_round_trip(data):
 def hinted_step() -> HintedStep:
     """Step 7's hints for two all-fail groups of three, written by the worked-solutions writer, with
     what a checkpoint may meet besides: a sandbox result, a cached level-keyed hint, loss data."""
-    mentor = Mentor(mentor_config("trigger.max_groups_frac=1.0"), WorkedSolutions(), CharPromptBuilder())
+    mentor = Mentor(*mentor_configs("trigger.max_groups_frac=1.0"), WorkedSolutions(), CharPromptBuilder())
     groups = [make_group(ladder_problem(f"p{i}"), ["so \\boxed{1}", "so \\boxed{2}"], group_id=i) for i in range(2)]
     groups.append(make_group(ladder_problem("p2"), ["so \\boxed{303}", "so \\boxed{2}"], group_id=2))
     hinted = mentor.write_hints(groups, 7)

@@ -13,7 +13,7 @@ from mentor_fast.mentor.diagnosis import Diagnosis
 from mentor_fast.mentor.tasks.code_analysis import describe_input, parse_test_line
 from mentor_fast.mentor.tasks.code_attempts import code_failure
 from mentor_fast.mentor.tasks.code_outputs import expected_outputs
-from mentor_fast.mentor.testing import CharPromptBuilder, mentor_config
+from mentor_fast.mentor.testing import CharPromptBuilder, mentor_configs
 from mentor_fast.mentor.writers.prompts import diagnose_messages, fused_messages, instruct_messages
 from mentor_fast.rewards.code import run_tests
 from mentor_fast.types import CodeTask, Group, Problem, Rollout
@@ -285,10 +285,10 @@ def test_pipeline_guards_code_hints_with_the_problems_code_task(results):
             return super().instruct(cases, diagnoses, levels, feedback)
 
     # the run's task stays math (reward.kind=math): the problem's CodeTask alone makes it a code case
-    cfg = mentor_config(
+    cfg = mentor_configs(
         "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0", "trigger.collapse_delta=1.0"
     )
-    mentor = Mentor(cfg, FakeLeakyAgents(), CharPromptBuilder())
+    mentor = Mentor(*cfg, FakeLeakyAgents(), CharPromptBuilder())
     group = Group(3, PROBLEM, [1], [run(results, "no_dedupe") for _ in range(4)])
     [iv] = mentor.write_hints([group], 0).interventions
     assert [v["gate"] for v in iv.verdicts] == ["test_output", None]

@@ -75,3 +75,48 @@ def test_the_cli_prints_one_line_and_no_traceback():
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert lines == ["error: optim.lr: -1.0 is out of range: it must be >= 0"], proc.stderr
+
+
+# ------------------------------------------------------------------ sections read at a new place
+BUDGET = {"trigger": {"max_groups_frac": 1.0, "start_level": 2}, "reroll": {"count": 2, "schedule": "in_step"}}
+
+
+def test_the_budget_under_its_old_name_gives_the_same_config(tmp_path):
+    """mentor.trigger / mentor.reroll (earlier configs) are read as recovery.trigger / recovery.reroll,
+    in a YAML file, the Python API's values and `a.b=c` overrides alike."""
+    new = load_config([], values={"recovery": BUDGET})
+    assert (new.recovery.trigger.max_groups_frac, new.recovery.trigger.start_level) == (1.0, 2)
+    assert (new.recovery.reroll.count, new.recovery.reroll.schedule) == (2, "in_step")
+    assert new != RunConfig() and load_config([], values={"mentor": BUDGET}) == new
+    old_file, new_file = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old_file.write_text("mentor:\n  trigger: {max_groups_frac: 1.0, start_level: 2}\n"
+                        "  reroll: {count: 2, schedule: in_step}\n")
+    new_file.write_text(old_file.read_text().replace("mentor:", "recovery:"))
+    assert load_config([old_file]) == load_config([new_file]) == new
+    flat = ["trigger.max_groups_frac=1.0", "trigger.start_level=2", "reroll.count=2", "reroll.schedule=in_step"]
+    assert load_config([], [f"mentor.{o}" for o in flat]) == load_config([], [f"recovery.{o}" for o in flat]) == new
+    # a later source may set by the new name what an earlier one set by the old: the later wins
+    assert load_config([old_file], ["recovery.reroll.count=3"]).recovery.reroll.count == 3
+    # errors name the key as written
+    with pytest.raises(ConfigError, match="unknown config key 'mentor.reroll.cuont'; did you mean 'mentor.reroll.count'"):
+        load_config([], ["mentor.reroll.cuont=2"])
+    with pytest.raises(ConfigError, match="mentor.trigger.start_level: 4 is out of range"):
+        load_config([], ["mentor.trigger.start_level=4"])
+
+
+def test_one_key_by_both_names_in_one_source_is_an_error_naming_both(tmp_path):
+    both = "'mentor.reroll.count' is read as 'recovery.reroll.count', which is set too: set one"
+    with pytest.raises(ConfigError, match=both):
+        load_config([], ["mentor.reroll.count=2", "recovery.reroll.count=2"])
+    with pytest.raises(ConfigError, match=both):
+        load_config([], values={"mentor": {"reroll": {"count": 2}}, "recovery": {"reroll": {"count": 3}}})
+    f = tmp_path / "both.yaml"
+    f.write_text("mentor:\n  trigger: {ema: 0.5}\nrecovery:\n  trigger: {ema: 0.5}\n")
+    with pytest.raises(ConfigError, match=f"{f}: 'mentor.trigger.ema' is read as 'recovery.trigger.ema'"):
+        load_config([f])
+    with pytest.raises(ConfigError, match="'mentor.trigger' is read as 'recovery.trigger.ema'"):
+        load_config([], ["recovery.trigger.ema=0.5", "mentor.trigger={ema: 0.5}"])
+    # different keys of one section by the two names are fine
+    assert load_config([], values={"recovery": {}, "mentor": {"reroll": {"count": 2}}}).recovery.reroll.count == 2
+    cfg = load_config([], ["mentor.reroll.count=2", "recovery.reroll.max_rounds=3"])
+    assert (cfg.recovery.reroll.count, cfg.recovery.reroll.max_rounds) == (2, 3)

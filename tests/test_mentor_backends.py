@@ -8,7 +8,7 @@ import pytest
 
 from mentor_fast.algo.assemble import ASSEMBLERS, LossMode
 from mentor_fast.config import AgentsConfig, MentorLossConfig, RerollConfig, RolloutConfig
-from mentor_fast.config.mentor import RerollSchedule
+from mentor_fast.config.recovery import RerollSchedule
 from mentor_fast.mentor import (
     BACKENDS,
     SCHEDULES,
@@ -26,7 +26,7 @@ from mentor_fast.mentor.testing import (
     exact_score,
     ladder_problem,
     make_group,
-    mentor_config,
+    mentor_configs,
     scripted_generate,
 )
 from mentor_fast.rollout.base import SamplingParams
@@ -112,7 +112,7 @@ def test_self_backend_mentor_on_the_real_hf_engine(tiny_model_path, tokenizer):
     )
     agents = LLMAgents(backend, max_tokens=8, hint_max_tokens=4, temperature=0.0)
     mentor = Mentor(
-        mentor_config("agents.backend=self", "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0"),
+        *mentor_configs("agents.backend=self", "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0"),
         agents,
         CharPromptBuilder(),
     )

@@ -25,7 +25,7 @@ from mentor_fast.mentor.testing import (
     exact_score,
     ladder_problem,
     make_group,
-    mentor_config,
+    mentor_configs,
     scripted_generate,
 )
 from mentor_fast.rollout.base import SamplingParams
@@ -169,10 +169,10 @@ def test_fault_injection_pipeline_goes_on_without_hints(server):
     )
     server.reply = lambda text: good
     host, port = server.server_address
-    cfg = mentor_config("agents.backend=openai", f"agents.base_url=http://{host}:{port}/v1", "agents.model=m",
-                        "agents.timeout_s=5.0", "agents.retries=1", "trigger.max_groups_frac=1.0",
-                        "trigger.collapse_abs=1.0", "reroll.count=2")
-    mentor = Mentor.from_config(cfg, CharPromptBuilder())
+    cfg = mentor_configs("agents.backend=openai", f"agents.base_url=http://{host}:{port}/v1", "agents.model=m",
+                         "agents.timeout_s=5.0", "agents.retries=1", "trigger.max_groups_frac=1.0",
+                         "trigger.collapse_abs=1.0", "reroll.count=2")
+    mentor = Mentor.from_config(*cfg, CharPromptBuilder())
     mentor.agents.backend.backoff_s = 0.01
     ok_p, bad_p = ladder_problem("ok"), ladder_problem("bad")
     bad_p = type(bad_p)("bad", "500 " + bad_p.question, bad_p.gold, bad_p.solution_steps)
@@ -255,9 +255,9 @@ def test_real_openai_compatible_server_transformers_serve(transformers_server):
     assert backend.counts.snapshot() == {"requests/ok": 2}
     # The random tiny model cannot write the JSON diagnosis: one retry, then garbage, no hint.
     agents = LLMAgents(backend, fused=True, max_tokens=12, hint_max_tokens=4, temperature=0.0)
-    cfg = mentor_config("agents.backend=openai", f"agents.model={model}", "trigger.max_groups_frac=1.0",
-                        "trigger.collapse_abs=1.0")
-    mentor = Mentor(cfg, agents, CharPromptBuilder())
+    cfg = mentor_configs("agents.backend=openai", f"agents.model={model}", "trigger.max_groups_frac=1.0",
+                         "trigger.collapse_abs=1.0")
+    mentor = Mentor(*cfg, agents, CharPromptBuilder())
     groups = [make_group(ladder_problem("real"), ["\\boxed{1}"] * 4)]
     result = mentor.intervene(
         groups, 0, scripted_generate(lambda p, k: "\\boxed{1}"), exact_score, SamplingParams(n=4)

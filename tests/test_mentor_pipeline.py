@@ -16,7 +16,7 @@ from mentor_fast.mentor.testing import (
     exact_score,
     ladder_problem,
     make_group,
-    mentor_config,
+    mentor_configs,
     scripted_generate,
 )
 from mentor_fast.recovery import Intervention, Rerolls, assemble_rescues
@@ -81,11 +81,11 @@ def with_hint(pred=lambda hint: True, successes=1):
 
 
 def mentor_for(backend="worked_solutions", *overrides):
-    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0", "trigger.collapse_delta=1.0",
-                        *overrides)
+    cfg = mentor_configs("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0", "trigger.collapse_delta=1.0",
+                         *overrides)
     if backend == "worked_solutions":
-        return Mentor.from_config(cfg, CharPromptBuilder())
-    return Mentor(cfg, backend, CharPromptBuilder())
+        return Mentor.from_config(*cfg, CharPromptBuilder())
+    return Mentor(*cfg, backend, CharPromptBuilder())
 
 
 def test_pipeline_with_scripted_engine_fault_free():
@@ -288,8 +288,8 @@ def test_collapse_surge_and_graduation_metrics():
 def test_overlong_hinted_prompt_and_deadline_mean_no_hint():
     p = ladder_problem("long")
     short_limit = len(CharPromptBuilder().encode(p)) + 5  # room for the question, not for a hint
-    cfg = mentor_config("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0")
-    mentor = Mentor(cfg, Mentor.from_config(cfg, CharPromptBuilder()).backend, CharPromptBuilder(short_limit))
+    cfg = mentor_configs("trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0")
+    mentor = Mentor(*cfg, Mentor.from_config(*cfg, CharPromptBuilder()).backend, CharPromptBuilder(short_limit))
     g = make_group(p, ["\\boxed{1}"] * G)
     calls = []
     out = mentor.intervene([g], 0, scripted_generate(with_hint(), log=calls), exact_score, PARAMS)
@@ -337,7 +337,7 @@ def test_rerolls_and_assembly_serve_hints_that_no_diagnoser_wrote():
     """What a static-hint method (hints from the data, Scaf-GRPO style) reuses beside MENTOR:
     re-roll rounds under prompt + hint, escalating to its own next hint, and the assembly of the
     rescued groups. No case, no diagnosis, no guard."""
-    cfg = mentor_config("reroll.count=2", "reroll.max_rounds=2")
+    cfg, budget = mentor_configs("reroll.count=2", "reroll.max_rounds=2")
     groups = batch("FFA")
     static = {1: "Look again.", 2: "Plan: add, then subtract."}
     ivs = [Intervention(g, 0, 1, hint=Hint(static[1], 1)) for g in groups[:2]]
@@ -349,7 +349,7 @@ def test_rerolls_and_assembly_serve_hints_that_no_diagnoser_wrote():
         return failed
 
     builder = CharPromptBuilder()
-    rerolls = Rerolls(cfg.reroll, cfg.loss.mode, builder, builder.tokenizer.decode)
+    rerolls = Rerolls(budget.reroll, cfg.loss.mode, builder, builder.tokenizer.decode)
     rerolls.run(ivs, scripted_generate(with_hint(lambda h: h.startswith("Plan"))), exact_score, PARAMS, escalate)
     assert [(iv.rescued, iv.rescue_level, [h.level for h in iv.hints]) for iv in ivs] == [(True, 2, [1, 2])] * 2
     out = assemble_rescues(groups, ivs, cfg.loss, seed=0)

@@ -77,7 +77,7 @@ def test_resume_with_the_mentor_logs_what_the_uninterrupted_run_logs(tmp_path):
 
 
 def test_reroll_horizon_applies_only_to_rows_riding_in_the_next_steps_call_on_hf():
-    riding = "mentor.reroll.horizon cuts the re-rolls riding in the next step's generate call"
+    riding = "recovery.reroll.horizon cuts the re-rolls riding in the next step's generate call"
     for over, msg in [(["mentor.reroll.horizon=0.5"], "mentor.reroll.horizon: 0.5 is out of range: it must be 0 or >= 1"),
                       (["rollout.engine=vllm"], riding),
                       (["mentor.reroll.schedule=in_step"], riding),
@@ -88,7 +88,7 @@ def test_reroll_horizon_applies_only_to_rows_riding_in_the_next_steps_call_on_hf
             load_config(["configs/tiny_test.yaml"], ["mentor.reroll.horizon=1", *over])
     for schedule in ("next_step_extra_rows", "next_step_shared_rows"):
         cfg = load_config(["configs/tiny_test.yaml"], ["mentor.reroll.horizon=1", f"mentor.reroll.schedule={schedule}"])
-        assert cfg.mentor.reroll.horizon == 1
+        assert cfg.recovery.reroll.horizon == 1
 
 
 def test_old_mentor_keys_name_the_new_ones():
@@ -96,7 +96,7 @@ def test_old_mentor_keys_name_the_new_ones():
     mentor.reroll.schedule; the reference backend is worked_solutions."""
     for old in ("mentor.async=false", "mentor.reroll.when=during_update", "mentor.reroll.budget=shared",
                 "mentor.reroll_budget=shared"):
-        with pytest.raises(ConfigError, match="was renamed: use mentor.reroll.schedule .*in_step"):
+        with pytest.raises(ConfigError, match="was renamed: use recovery.reroll.schedule .*in_step"):
             load_config(["configs/tiny_test.yaml"], [old])
     with pytest.raises(ConfigError, match="reference was renamed worked_solutions"):
         load_config(["configs/tiny_test.yaml"], ["mentor.agents.backend=reference"])

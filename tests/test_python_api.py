@@ -55,7 +55,12 @@ def test_trl_fields_map_onto_ours():
 def test_our_settings_are_reachable_and_unsupported_fields_are_refused_by_name():
     cfg = GRPOConfig(mentor=True, **{"mentor.trigger.max_groups_frac": 0.25},
                      data={"max_prompt_tokens": 300}).run_config()
-    assert cfg.mentor.enable and cfg.mentor.trigger.max_groups_frac == 0.25 and cfg.data.max_prompt_tokens == 300
+    assert cfg.mentor.enable and cfg.recovery.trigger.max_groups_frac == 0.25 and cfg.data.max_prompt_tokens == 300
+    # the budget's own section, and the old spelling through the Python API's sections, give the same config
+    assert GRPOConfig(mentor=True, recovery={"trigger": {"max_groups_frac": 0.25}},
+                      data={"max_prompt_tokens": 300}).run_config() == cfg
+    assert GRPOConfig(mentor={"enable": True, "trigger": {"max_groups_frac": 0.25}},
+                      data={"max_prompt_tokens": 300}).run_config() == cfg
     with pytest.raises(ConfigError, match="'use_liger_kernel' is not supported"):
         GRPOConfig(use_liger_kernel=True)
     with pytest.raises(ConfigError, match="'warmup_ratio' is not supported.*did you mean 'warmup_steps'"):

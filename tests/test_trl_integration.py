@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("trl", reason="TRL is installed beside the project by `make venv`")
 datasets = pytest.importorskip("datasets")
 
-from mentor_fast.config import MentorConfig
-from mentor_fast.config.mentor import RerollConfig, RerollSchedule
+from mentor_fast.config import MentorConfig, RecoveryConfig
+from mentor_fast.config.recovery import RerollConfig, RerollSchedule
 from mentor_fast.data import DataError
 from mentor_fast.data.chat import HINT_HEADER
 from mentor_fast.data.ladder import make_problem
@@ -22,7 +22,7 @@ from mentor_fast.integrations.trl import (
     STATE_KEY,
     DatasetRows,
     check_trl,
-    mentor_config,
+    mentor_configs,
     mentor_rollout_func,
     with_hint,
 )
@@ -155,19 +155,22 @@ def test_other_trl_versions_are_refused_by_name(trl, monkeypatch):
     ({"reroll": {"schedule": "next_step_shared_rows"}}, "TRL's loop has no place for"),
     ({"reroll": {"horizon": 1.5}}, "inside TRL each round is a TRL generation call"),
     (MentorConfig(task="code"), "inside TRL the mentor writes math hints only"),
-    (MentorConfig(reroll=RerollConfig(schedule=RerollSchedule.DURING_UPDATE)), "which is the in_step schedule"),
+    ({"trigger": {"max_groups_frac": 0.5}, "reroll": {"schedule": "during_update"}}, "which is the in_step schedule"),
 ])
 def test_settings_trl_cannot_carry_are_refused_with_the_plugins_reason(overrides, words):
     """The plug-in's reasons, never the loader's (which speak of reward.kind and our engines)."""
     with pytest.raises(ValueError, match=words) as refused:
-        mentor_config(overrides)
+        mentor_configs(overrides)
     assert "reward.kind" not in str(refused.value) and "rollout.engine" not in str(refused.value)
 
 
 def test_the_reroll_schedule_inside_trl_is_in_step():
-    assert mentor_config().reroll.schedule == RerollSchedule.IN_STEP
-    assert mentor_config({"reroll": {"schedule": "in_step", "count": 2}}).reroll.count == 2
-    assert mentor_config(MentorConfig()).reroll.schedule == RerollSchedule.IN_STEP  # the default: unset
+    assert mentor_configs()[1].reroll.schedule == RerollSchedule.IN_STEP
+    assert mentor_configs({"reroll": {"schedule": "in_step", "count": 2}})[1].reroll.count == 2
+    assert mentor_configs(recovery={"reroll": {"count": 2}}) == mentor_configs({"reroll": {"count": 2}})
+    assert mentor_configs(MentorConfig(), RecoveryConfig())[1].reroll.schedule == RerollSchedule.IN_STEP  # unset
+    with pytest.raises(ValueError, match="which is the in_step schedule"):
+        mentor_configs(recovery=RecoveryConfig(reroll=RerollConfig(schedule=RerollSchedule.DURING_UPDATE)))
 
 
 def test_the_hint_goes_after_the_last_user_turn_in_both_prompt_forms():
@@ -212,7 +215,7 @@ def test_two_generation_calls_in_one_optimizer_step_are_two_mentor_steps(trl, tm
     assert [(d["step"], d["global_step"]) for d in dumps] == [(0, 0), (1, 0), (2, 1), (3, 1)]
     assert sorted(d["group_id"] for d in dumps) == [0, 1, 2, 3]
     detector = func.mentor.scheduler.state_dict()["detector"]
-    assert detector["events"] == 4 and detector["surge_until"] == 3 + func.cfg.trigger.surge_steps
+    assert detector["events"] == 4 and detector["surge_until"] == 3 + func.budget.trigger.surge_steps
 
 
 def test_the_mentor_state_rides_in_trls_checkpoints_and_mentor_jsonl_follows_the_run(trl, tmp_path, ladder_model,

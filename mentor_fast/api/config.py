@@ -211,7 +211,7 @@ OUR_SECTIONS = [f.name for f in dataclasses.fields(RunConfig) if f.name not in (
 
 class GRPOConfig:
     """TRL's GRPOConfig fields (TRL_FIELDS), our sections as mappings (`mentor=True` turns MENTOR
-    on; `mentor={"trigger": {"max_groups_frac": 0.5}}`), our dotted keys through
+    on; `recovery={"trigger": {"max_groups_frac": 0.5}}`), our dotted keys through
     `**{"data.max_prompt_tokens": 256}`, and `config=` YAML file(s) applied first. Defaults are ours
     (docs/config.md), not TRL's. Setting one key both ways with two values is an error."""
 

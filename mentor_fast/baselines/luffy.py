@@ -17,7 +17,7 @@ What the paper does, and what is done here:
 
 Where it departs, and why:
 - Which groups. LUFFY puts one expert trace into every group (1 off-policy + 7 on-policy). Here it
-  goes only into the all-fail groups that MENTOR's budget would take (mentor.trigger.*: the same
+  goes only into the all-fail groups that MENTOR's budget would take (recovery.trigger.*: the same
   scheduler, collapse surge included), so that the comparison is between kinds of help for the
   same failures, at the same number of groups.
 - Clipping. LUFFY leaves the off-policy term unclipped. Here it passes through the run's clipped
@@ -54,7 +54,7 @@ class LuffyMethod:
     def __init__(self, cfg: RunConfig, tokenizer: Any, score: Scorer, dist: Dist | None = None) -> None:
         self.cfg, self.tokenizer, self.score = cfg, tokenizer, score
         self.dist = dist or Dist()
-        self.scheduler = Scheduler(cfg.mentor.trigger, seed=cfg.seed)
+        self.scheduler = Scheduler(cfg.recovery.trigger, seed=cfg.seed)
         self.loss = MentorLossConfig(mode="shaping", max_replace=1, shaping_gamma=cfg.luffy.gamma)
         self.max_tokens = cfg.rollout.max_new_tokens
 

@@ -4,8 +4,8 @@ the diagnosis taken out.
 What the paper does, and what is done here:
 - A group whose rollouts all fail is re-tried under hints of increasing detail: knowledge, then
   planning, then a prefix of the solution, stopping at the first tier that gives a correct
-  solution. Here each tier is one re-roll round of mentor.reroll.count samples (tier 1, then 2,
-  then 3: mentor.reroll.max_rounds is 3 whatever it says).
+  solution. Here each tier is one re-roll round of recovery.reroll.count samples (tier 1, then 2,
+  then 3: recovery.reroll.max_rounds is 3 whatever it says).
 - The successful trajectory replaces one failed rollout (the paper's replace_num=1;
   mentor.loss.max_replace) and is trained on-policy in the hinted context, with plain GRPO
   clipping: loss mode `replace`, no self-distillation.
@@ -21,8 +21,8 @@ Where it departs, and why:
   operation in order, results named, not stated), solution the level-3 first step with its
   result. They pass MENTOR's leak guard like any hint. The released code (dvlab-research/Scaf-GRPO)
   comments the planning tier out; the paper's three tiers are kept.
-- Groups per step and when the re-rolls run are MENTOR's knobs (mentor.trigger.*,
-  mentor.reroll.schedule and horizon), so both methods spend the same budget; the paper hints
+- Groups per step and when the re-rolls run are the shared budget (recovery.trigger.*,
+  recovery.reroll.schedule and horizon), so both methods spend the same budget; the paper hints
   every failed group within its step. A tier never fades: each intervention starts at the
   knowledge tier (MENTOR starts a problem it rescued one level lower next time).
 - Its metrics and intervention log are MENTOR's (mentor/*; scaf.jsonl).
@@ -34,7 +34,7 @@ import copy
 import dataclasses
 import math
 
-from mentor_fast.config import MentorConfig, RunConfig
+from mentor_fast.config import MentorConfig, RecoveryConfig, RunConfig
 from mentor_fast.config.mentor import BackendKind
 from mentor_fast.mentor.method import MentorMethod
 from mentor_fast.mentor.pipeline import Mentor
@@ -47,25 +47,27 @@ TIERS = (1, 2, 3)  # knowledge, planning, solution: the writer's hint levels
 METRICS = MENTOR_METRICS  # Scaf runs on MentorMethod: its metrics are MENTOR's
 
 
-def scaf_config(cfg: RunConfig) -> MentorConfig:
-    """MENTOR's config as Scaf runs it: cfg.mentor's budget, the rest Scaf's own."""
+def scaf_config(cfg: RunConfig) -> tuple[MentorConfig, RecoveryConfig]:
+    """MENTOR's config and the run's budget as Scaf runs them: the writer, tiers, exemption and loss
+    Scaf's own, the rest of cfg.recovery as it is."""
     m = copy.deepcopy(cfg.mentor)
     m.agents = dataclasses.replace(m.agents, backend=BackendKind.WORKED_SOLUTIONS, blind=True)
-    exempt = math.ceil(cfg.scaf.exempt_frac * cfg.trainer.max_steps - 1e-9)  # steps 1 .. exempt
-    m.trigger = dataclasses.replace(m.trigger, start_level=TIERS[0], exempt_steps=exempt + 1)
-    m.reroll = dataclasses.replace(m.reroll, max_rounds=len(TIERS))
     m.loss = dataclasses.replace(m.loss, mode="replace", distill_coef=0.0)
-    return m
+    exempt = math.ceil(cfg.scaf.exempt_frac * cfg.trainer.max_steps - 1e-9)  # steps 1 .. exempt
+    budget = RecoveryConfig(
+        trigger=dataclasses.replace(cfg.recovery.trigger, start_level=TIERS[0], exempt_steps=exempt + 1),
+        reroll=dataclasses.replace(cfg.recovery.reroll, max_rounds=len(TIERS)))
+    return m, budget
 
 
 def scaf_mentor(cfg: RunConfig, builder) -> Mentor:
     """The mentor Scaf runs on: the worked-solutions writer, blind, under a static scheduler."""
-    m = scaf_config(cfg)
-    return Mentor(m, WorkedSolutions(), builder, seed=cfg.seed,
-                  scheduler=Scheduler(m.trigger, seed=cfg.seed, static=True))
+    m, budget = scaf_config(cfg)
+    return Mentor(m, budget, WorkedSolutions(), builder, seed=cfg.seed,
+                  scheduler=Scheduler(budget.trigger, seed=cfg.seed, static=True))
 
 
 def build(ctx: MethodContext) -> MentorMethod:
     mentor = scaf_mentor(ctx.cfg, ctx.builder)
-    return MentorMethod(mentor.cfg, mentor, ctx.engine, ctx.score, ctx.sampling, ctx.num_generations,
+    return MentorMethod(mentor, ctx.engine, ctx.score, ctx.sampling, ctx.num_generations,
                         ctx.out / "scaf.jsonl", dist=ctx.dist)

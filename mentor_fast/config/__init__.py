@@ -16,6 +16,7 @@ from mentor_fast.config.schema import (
     MentorLossConfig,
     ModelConfig,
     OptimConfig,
+    RecoveryConfig,
     RerollConfig,
     RewardConfig,
     RolloutConfig,
@@ -26,7 +27,7 @@ from mentor_fast.config.schema import (
 
 __all__ = [
     "CODE_SYSTEM_PROMPT", "MATH_SYSTEM_PROMPT", "AdvantageConfig", "AgentsConfig", "CodeRewardConfig", "ConfigError", "DataConfig", "DistConfig", "LossConfig", "MentorConfig",
-    "MentorLossConfig", "ModelConfig", "OptimConfig", "RerollConfig", "RewardConfig", "RolloutConfig", "RunConfig",
+    "MentorLossConfig", "ModelConfig", "OptimConfig", "RecoveryConfig", "RerollConfig", "RewardConfig", "RolloutConfig", "RunConfig",
     "TrainerConfig", "TriggerConfig", "load_config", "resolve", "save_config", "to_dict",
     "validate",
 ]

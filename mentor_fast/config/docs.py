@@ -14,18 +14,18 @@ import textwrap
 import typing
 
 from mentor_fast.config import schema
-from mentor_fast.config.loader import REMOVED, RENAMED
+from mentor_fast.config.loader import ALIASES, REMOVED, RENAMED
 from mentor_fast.kernels.settings import field_range
 
 HEADER = """# Configuration reference
 
-Generated from the schema (`mentor_fast/config/schema.py`, `config/mentor.py` and
-`kernels/settings.py`) by `python -m mentor_fast.config.docs`; do not edit by hand
+Generated from the schema (`mentor_fast/config/schema.py`, `config/recovery.py`, `config/mentor.py`,
+`config/baselines.py` and `kernels/settings.py`) by `python -m mentor_fast.config.docs`; do not edit by hand
 (`tests/test_config_docs.py` fails when this page and the schema disagree).
 
 A run's configuration is one tree. YAML files (`--config`, later files win) set any subset of it,
 and `key.sub=value` arguments come last: `mentor-fast train --config configs/demo_cpu.yaml
-mentor.reroll.count=2`. An unknown key, a wrong type, a value outside its choices or a number
+recovery.reroll.count=2`. An unknown key, a wrong type, a value outside its choices or a number
 outside its range (shown after the type: `[a, b)` includes a, excludes b) stops the run before
 anything loads, naming the key. The resolved tree is saved as `OUTPUT_DIR/config.yaml`.
 """
@@ -96,6 +96,11 @@ def render() -> str:
             out.append(" ".join(inspect.cleandoc(cls.__doc__).split()) + "\n")
         out.append("| key | type | default | meaning |\n|---|---|---|---|")
         out.extend(rows)
+    out.append("\n## Sections read at a new place\n")
+    out.append("A config may still spell these sections the old way (each key of one source, one way: "
+               "both spellings of one key in one file or command line is an error).\n")
+    out.append("| old section | read as |\n|---|---|")
+    out.extend(f"| `{k}.*` | `{v}.*` |" for k, v in ALIASES.items())
     out.append("\n## Keys of earlier versions\n")
     out.append("A config that still uses one of these stops with a message naming its replacement "
                "(CHANGELOG.md).\n")

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from mentor_fast.config.baselines import MethodKind
-from mentor_fast.config.mentor import RerollSchedule
+from mentor_fast.config.recovery import RerollSchedule
 from mentor_fast.config.schema import (
     CODE_SYSTEM_PROMPT,
     GROUPS_PER_STEP,
@@ -27,23 +27,23 @@ from mentor_fast.config.schema import (
 )
 from mentor_fast.kernels.settings import field_range, range_error
 
-# mentor.reroll.schedule values whose first round rides in the next step's generate call
+# recovery.reroll.schedule values whose first round rides in the next step's generate call
 _RIDING = (RerollSchedule.NEXT_STEP_EXTRA_ROWS, RerollSchedule.NEXT_STEP_SHARED_ROWS)
 # Keys of earlier versions (CHANGELOG.md): a config that still uses one gets told the new name.
 RENAMED = {
     "loss.ratio_level": "loss.type (ratio_level=sequence is loss.type=gspo)",
-    **{f"mentor.{old}": f"mentor.trigger.{old}" for old in (
+    **{f"mentor.{old}": f"recovery.trigger.{old}" for old in (
         "max_groups_frac", "surge_groups_frac", "surge_steps", "collapse_delta", "collapse_abs",
         "collapse_patience", "ema", "exempt_steps", "start_level")},
     **{f"mentor.{old}": f"mentor.agents.{old}" for old in (
         "backend", "timeout_s", "fused_call", "temperature", "max_tokens", "hint_max_tokens", "attempts",
         "attempt_chars", "model_path", "base_url", "model", "api_key_env", "retries", "concurrency")},
-    "mentor.rerolls": "mentor.reroll.count",
-    "mentor.max_rounds": "mentor.reroll.max_rounds",
-    "mentor.max_staleness": "mentor.reroll.max_staleness",
-    "mentor.reroll_horizon": "mentor.reroll.horizon",
+    "mentor.rerolls": "recovery.reroll.count",
+    "mentor.max_rounds": "recovery.reroll.max_rounds",
+    "mentor.max_staleness": "recovery.reroll.max_staleness",
+    "mentor.reroll_horizon": "recovery.reroll.horizon",
     **dict.fromkeys(("mentor.async", "mentor.reroll.when", "mentor.reroll.budget", "mentor.reroll_budget"), (
-        "mentor.reroll.schedule (async=false is in_step; async=true is next_step_extra_rows, with "
+        "recovery.reroll.schedule (async=false is in_step; async=true is next_step_extra_rows, with "
         "budget=shared next_step_shared_rows, with when=during_update during_update)")),
     "mentor.loss_mode": "mentor.loss.mode",
     **{f"mentor.{old}": f"mentor.loss.{old}" for old in (
@@ -53,6 +53,11 @@ _VALUE_HINTS = {
     "mentor.agents.backend": "; reference was renamed worked_solutions (CHANGELOG.md)",
     "loss.type": ("; TRL's loss types grpo, dapo, bnpo and dr_grpo are loss.type=clip with loss.aggregation="
                   "seq_mean_token_mean, token_mean, token_mean_micro and constant"),
+}
+# Sections that moved, read at their new place: a config may spell either, not both for one key.
+ALIASES = {
+    "mentor.trigger": "recovery.trigger",
+    "mentor.reroll": "recovery.reroll",
 }
 REMOVED = {
     "mentor.merge_rerolls": "the first async re-roll round always rides in the next step's generate call",
@@ -147,11 +152,46 @@ def _unknown(key: str, valid: list[str], where: str) -> ConfigError:
     return ConfigError(f"unknown config key '{key}'{hint}")
 
 
-def _apply(obj: Any, overrides: dict[str, Any], where: str = "") -> None:
+def _section(root: Any, dotted: str) -> Any:
+    for name in dotted.split("."):
+        root = getattr(root, name)
+    return root
+
+
+def _leaves(data: Any, where: str) -> list[str]:
+    if not isinstance(data, dict):
+        return [where]
+    return [leaf for k, v in data.items() for leaf in _leaves(v, f"{where}.{k}" if where else str(k))]
+
+
+def _check_aliases(keys: list[str]) -> None:
+    """One source (a file, the Python API's values, the overrides) may set a key by its old name
+    or its new one, not both."""
+    by_new: dict[str, str] = {}
+    for key in keys:
+        new = key
+        for old, target in ALIASES.items():
+            if key == old or key.startswith(old + "."):
+                new = target + key[len(old):]
+        for other_new, other in by_new.items():
+            same = new == other_new or new.startswith(other_new + ".") or other_new.startswith(new + ".")
+            if same and (other == other_new) != (key == new):  # one spelled the old way, one the new
+                old_key, new_key = (key, other) if key != new else (other, key)
+                raise ConfigError(f"'{old_key}' is read as '{new_key}', which is set too: set one")
+        by_new.setdefault(new, key)
+
+
+def _apply(obj: Any, overrides: dict[str, Any], where: str = "", root: Any = None) -> None:
+    root = obj if root is None else root
     hints = _hints(type(obj))
     names = [f.name for f in dataclasses.fields(obj)]
     for key, value in overrides.items():
         full = f"{where}.{key}" if where else str(key)
+        if full in ALIASES:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{full}: expected a mapping of sub-keys, got {value!r}")
+            _apply(_section(root, ALIASES[full]), value, full, root)
+            continue
         if key not in names:
             raise _unknown(full, names, where)
         name = key
@@ -159,7 +199,7 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str = "") -> None:
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"{full}: expected a mapping of sub-keys, got {value!r}")
-            _apply(current, value, full)
+            _apply(current, value, full, root)
         else:
             setattr(obj, name, _coerce(value, hints[name], full))
 
@@ -199,16 +239,22 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = (),
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a mapping of keys")
         try:
+            _check_aliases(_leaves(data, ""))
             _apply(cfg, data)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
     if values:
+        _check_aliases(_leaves(values, ""))
         _apply(cfg, values)
+    pairs = []
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key.sub=value")
         key, text = item.split("=", 1)
-        _apply(cfg, nest(key.strip(), _parse_cli_value(text)))
+        pairs.append((key.strip(), _parse_cli_value(text)))
+    _check_aliases([key for key, _ in pairs])
+    for key, value in pairs:
+        _apply(cfg, nest(key, value))
     resolve(cfg)
     validate(cfg)
     return cfg
@@ -234,22 +280,22 @@ def _code_data(cfg: RunConfig) -> bool:
 
 def validate(cfg: RunConfig) -> None:
     """Cross-field checks that a type alone cannot express."""
-    m = cfg.mentor
+    m, r = cfg.mentor, cfg.recovery
     try:
         cfg.loss.check()
     except ValueError as e:
         raise ConfigError(f"loss.{e}") from None
     checks = [
         (cfg.loss.beta == 0 or cfg.model.ref_model, "loss.beta > 0 needs model.ref_model=true"),
-        (m.reroll.horizon == 0 or (m.reroll.schedule in _RIDING and cfg.rollout.engine == "hf"
+        (r.reroll.horizon == 0 or (r.reroll.schedule in _RIDING and cfg.rollout.engine == "hf"
                                    and m.loss.mode != "group"),
-         ("mentor.reroll.horizon cuts the re-rolls riding in the next step's generate call: it needs "
-          "mentor.reroll.schedule=next_step_extra_rows or next_step_shared_rows, rollout.engine=hf (vLLM "
+         ("recovery.reroll.horizon cuts the re-rolls riding in the next step's generate call: it needs "
+          "recovery.reroll.schedule=next_step_extra_rows or next_step_shared_rows, rollout.engine=hf (vLLM "
           "cannot cut rows mid-call) and a mentor.loss.mode other than group (a cut re-roll leaves the "
           "group short)")),
-        (m.reroll.schedule != RerollSchedule.DURING_UPDATE
+        (r.reroll.schedule != RerollSchedule.DURING_UPDATE
          or (cfg.rollout.engine == "vllm" and cfg.rollout.vllm_sleep_level == 0),
-         ("mentor.reroll.schedule=during_update needs rollout.engine=vllm (the HF engine decodes with the "
+         ("recovery.reroll.schedule=during_update needs rollout.engine=vllm (the HF engine decodes with the "
           "module the update trains) and rollout.vllm_sleep_level=0 (a sleeping engine cannot generate)")),
         (not m.enable or m.agents.backend != "openai" or bool(m.agents.model and m.agents.base_url),
          "mentor.agents.backend=openai needs mentor.agents.model (the served model's name) and mentor.agents.base_url"),

@@ -13,6 +13,9 @@ from mentor_fast.config.mentor import (  # noqa: F401 - part of the schema, re-e
     AgentsConfig,
     MentorConfig,
     MentorLossConfig,
+)
+from mentor_fast.config.recovery import (  # noqa: F401 - part of the schema, re-exported
+    RecoveryConfig,
     RerollConfig,
     TriggerConfig,
 )
@@ -375,8 +378,9 @@ class RunConfig:
     method: MethodKind = MethodKind.AUTO
     """What helps a group whose rollouts all fail: grpo (nothing: vanilla GRPO), mentor (MENTOR,
     `mentor.*`), scaf (Scaf-GRPO's static tiered hints, `scaf.*`) or luffy (LUFFY's off-policy worked
-    solutions, `luffy.*`); auto: mentor when mentor.enable, else grpo. The baselines take MENTOR's
-    budget knobs (mentor.trigger, mentor.reroll)."""
+    solutions, `luffy.*`); auto: mentor when mentor.enable, else grpo. Each spends the budget of
+    `recovery.*`."""
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     mentor: MentorConfig = field(default_factory=MentorConfig)
     scaf: ScafConfig = field(default_factory=ScafConfig)
     luffy: LuffyConfig = field(default_factory=LuffyConfig)

@@ -45,10 +45,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mentor_fast.config import MentorConfig
+from mentor_fast.config import MentorConfig, RecoveryConfig
 from mentor_fast.data.chat import HINT_HEADER
 from mentor_fast.data.jsonl import BadRow, DataError, read_row
-from mentor_fast.integrations.trl_config import mentor_config
+from mentor_fast.integrations.trl_config import mentor_configs
 from mentor_fast.mentor import Mentor, build_backend
 from mentor_fast.rollout.base import SamplingParams
 from mentor_fast.types import Group, Problem, Rollout, Sample
@@ -244,8 +244,10 @@ class MentorRollout:
     the collapse detector). mentor.jsonl rows carry it as `step`, and TRL's `global_step` beside it.
     """
 
-    def __init__(self, cfg: MentorConfig, success_reward: float, answer_key: str, backend: Any = None) -> None:
-        self.cfg, self.success_reward, self.answer_key, self.backend = cfg, success_reward, answer_key, backend
+    def __init__(self, cfg: MentorConfig, budget: RecoveryConfig, success_reward: float, answer_key: str,
+                 backend: Any = None) -> None:
+        self.cfg, self.budget, self.success_reward, self.answer_key, self.backend = (
+            cfg, budget, success_reward, answer_key, backend)
         self.trainer: Any = None
         self.run: Any = None  # the TrainerState of the run in progress
         self.calls = 0  # training calls so far in this run (a resumed run: since the first run's start)
@@ -266,7 +268,7 @@ class MentorRollout:
                   for i, (prompt, p, ss) in enumerate(zip(unique, ids, samples))]
         self.score([r for g in groups for r in g.rollouts])
         out = self.mentor.intervene(groups, step, self.generate, self.score, dataclasses.replace(
-            params, n=self.cfg.reroll.count), policy_version=trainer.state.global_step)
+            params, n=self.budget.reroll.count), policy_version=trainer.state.global_step)
         self.calls += 1
         trainer.state.stateful_callbacks[STATE_KEY] = self.state_dict()  # saved with TRL's next checkpoint
         for name, value in out.metrics.items():
@@ -291,7 +293,7 @@ class MentorRollout:
         self.problems = read_problems(trainer.train_dataset, self.answer_key)
         self.rows: dict[str, dict[str, Any]] = {}  # problem id -> its dataset row
         backend = self.backend or build_backend(self.cfg.agents, seed=trainer.args.seed)
-        self.mentor = Mentor(self.cfg, backend, self.prompts, seed=trainer.args.seed)
+        self.mentor = Mentor(self.cfg, self.budget, backend, self.prompts, seed=trainer.args.seed)
         self.calls = 0
         resumed_at = trainer.state.global_step
         if resumed_at:
@@ -383,12 +385,14 @@ class MentorRollout:
                     f.write(json.dumps(row, default=str) + "\n")
 
 
-def mentor_rollout_func(mentor: MentorConfig | dict[str, Any] | None = None, *, success_reward: float = 1.0,
+def mentor_rollout_func(mentor: MentorConfig | dict[str, Any] | None = None, *,
+                        recovery: RecoveryConfig | dict[str, Any] | None = None, success_reward: float = 1.0,
                         answer_key: str = "", backend: Any = None) -> MentorRollout:
     """A `rollout_func` for `trl.GRPOTrainer` (TRL 1.16) with MENTOR on (the module doc).
 
-    mentor: the mentor's settings (`mentor_config`), e.g. `{"reroll": {"count": 2}}`. The re-rolls
-    run within TRL's generation call (mentor.reroll.schedule in_step; another is refused).
+    mentor, recovery: the mentor's settings and its budget (`mentor_configs`), e.g. `recovery={"reroll":
+    {"count": 2}}` (or, as earlier, `mentor={"reroll": {"count": 2}}`). The re-rolls run within TRL's
+    generation call (recovery.reroll.schedule in_step; another is refused).
     success_reward: a sample is solved when its weighted reward reaches this (TRL's accuracy_reward
     gives 1.0 to a right answer); a group with no solved sample is all-fail.
     answer_key: the column holding the gold answer that the mentor and its leak guard read ("": the
@@ -396,4 +400,4 @@ def mentor_rollout_func(mentor: MentorConfig | dict[str, Any] | None = None, *, 
     backend: a ready mentor backend in place of mentor.agents.backend's.
     """
     check_trl()
-    return MentorRollout(mentor_config(mentor), success_reward, answer_key, backend)
+    return MentorRollout(*mentor_configs(mentor, recovery), success_reward, answer_key, backend)

@@ -1,13 +1,13 @@
-"""The mentor's settings inside TRL's GRPOTrainer (`mentor_rollout_func(mentor=...)`): our
-`mentor:` section, less what TRL's loss and loop cannot carry, each refused with its reason."""
+"""The mentor's settings inside TRL's GRPOTrainer (`mentor_rollout_func(mentor=..., recovery=...)`):
+our `mentor:` and `recovery:` sections, less what TRL's loss and loop cannot carry, each refused
+with its reason."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from mentor_fast.config import MentorConfig, load_config
-from mentor_fast.config.mentor import RerollSchedule
+from mentor_fast.config import MentorConfig, RecoveryConfig, load_config, to_dict
+from mentor_fast.config.recovery import RerollSchedule
 
 
 def _refuse_out_of_place(task: Any, schedule: Any, horizon: Any) -> None:
@@ -17,12 +17,12 @@ def _refuse_out_of_place(task: Any, schedule: Any, horizon: Any) -> None:
         (task in ("auto", "math"),
          f"mentor.task={task}: inside TRL the mentor writes math hints only (code hints read our sandbox)"),
         (schedule in (None, RerollSchedule.IN_STEP),
-         (f"mentor.reroll.schedule={schedule}: inside TRL the re-rolls run within TRL's generation call, by the "
+         (f"recovery.reroll.schedule={schedule}: inside TRL the re-rolls run within TRL's generation call, by the "
           "policy that failed, and TRL's update waits for them, which is the in_step schedule. The others overlap "
           "re-rolls with our trainer's update or next generate call, which TRL's loop has no place for: leave "
           "it unset (or in_step), or use mentor_fast.GRPOTrainer")),
         (not horizon,
-         ("mentor.reroll.horizon cuts re-rolls riding in our trainer's next generate call; inside TRL each round "
+         ("recovery.reroll.horizon cuts re-rolls riding in our trainer's next generate call; inside TRL each round "
           "is a TRL generation call of its own, which is not cut: leave it at 0")),
     ]
     for ok, message in checks:
@@ -30,24 +30,30 @@ def _refuse_out_of_place(task: Any, schedule: Any, horizon: Any) -> None:
             raise ValueError(message)
 
 
-def mentor_config(mentor: MentorConfig | dict[str, Any] | None = None) -> MentorConfig:
-    """The `mentor:` section of our run config (a MentorConfig, or a mapping of overrides as a YAML
-    file holds them; `enable` implied), refused where TRL's loss or trainer cannot carry it. The
-    re-roll schedule is in_step, what happens inside TRL (a MentorConfig's default schedule is taken
-    for unset)."""
-    if isinstance(mentor, MentorConfig):
-        schedule = None if mentor.reroll.schedule == RerollSchedule.NEXT_STEP_EXTRA_ROWS else mentor.reroll.schedule
-        _refuse_out_of_place(mentor.task, schedule, mentor.reroll.horizon)
-        reroll = dataclasses.replace(mentor.reroll, schedule=RerollSchedule.IN_STEP)
-        cfg = dataclasses.replace(mentor, enable=True, task="math", reroll=reroll)
-    else:
-        values = dict(mentor or {})
-        reroll = values.get("reroll")
-        reroll = dict(reroll) if isinstance(reroll, dict) else {}  # another type: the loader names it below
-        _refuse_out_of_place(values.get("task", "auto"), reroll.get("schedule"), reroll.get("horizon", 0))
-        if isinstance(values.get("reroll", {}), dict):
-            values["reroll"] = {**reroll, "schedule": RerollSchedule.IN_STEP.value}
-        cfg = load_config(values={"mentor": {**values, "enable": True}}).mentor
+def _as_values(section: Any, cls: type) -> dict[str, Any]:
+    """A section's overrides as a YAML file holds them; a dataclass's defaults count as unset."""
+    if isinstance(section, cls):
+        default = to_dict(cls())
+        return {k: v for k, v in to_dict(section).items() if v != default[k]}
+    return dict(section or {})
+
+
+def mentor_configs(mentor: MentorConfig | dict[str, Any] | None = None,
+                   recovery: RecoveryConfig | dict[str, Any] | None = None) -> tuple[MentorConfig, RecoveryConfig]:
+    """The `mentor:` and `recovery:` sections of our run config (dataclasses, or mappings of overrides
+    as a YAML file holds them; `enable` implied; the mentor's mapping may hold `trigger` and `reroll`,
+    read as recovery's), refused where TRL's loss or trainer cannot carry them. The re-roll schedule
+    is in_step, what happens inside TRL (unset, or in_step)."""
+    values, budget = _as_values(mentor, MentorConfig), _as_values(recovery, RecoveryConfig)
+    _refuse_out_of_place(values.get("task", "auto"), None, 0)
+    for section in (values, budget):
+        if isinstance(section.get("reroll"), dict):  # another type: the loader names it below
+            reroll = {k: v for k, v in section["reroll"].items() if k != "schedule"}
+            _refuse_out_of_place("auto", section["reroll"].get("schedule"), reroll.get("horizon", 0))
+            section["reroll"] = reroll
+    run = load_config(values={"mentor": {**values, "enable": True}, "recovery": budget})
+    run.recovery.reroll.schedule = RerollSchedule.IN_STEP
+    cfg = run.mentor
     checks = [
         (cfg.loss.mode == "replace",
          (f"mentor.loss.mode={cfg.loss.mode} weighs tokens in the loss, which TRL's loss does not read: "
@@ -62,4 +68,4 @@ def mentor_config(mentor: MentorConfig | dict[str, Any] | None = None) -> Mentor
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
-    return cfg
+    return cfg, run.recovery

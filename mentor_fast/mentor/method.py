@@ -1,16 +1,16 @@
 """MENTOR as the trainer's method (mentor_fast/method.py): when the mentor's parts run, and the hints
 in flight between them.
 
-`mentor.reroll.schedule` picks an entry of SCHEDULES. in_step: after scoring, the step's all-fail
+`recovery.reroll.schedule` picks an entry of SCHEDULES. in_step: after scoring, the step's all-fail
 groups are diagnosed, hinted, re-rolled (escalating) and assembled into the step's own batch. The
 others defer: the hints for step t's failures are written in a background thread while step t's
 update runs. At step t+1 they are taken (`before_rollout`, waiting if need be) and their first
 re-roll round rides in t+1's initial generate call, sampled by the next policy version, on top of
 the step's rows (next_step_extra_rows) or in the rows of its last prompts (next_step_shared_rows),
-cut at `mentor.reroll.horizon` if set; or the round was generated beside t's update, by the policy
+cut at `recovery.reroll.horizon` if set; or the round was generated beside t's update, by the policy
 before it (during_update). After scoring (`after_score`) later rounds run, the rescued groups are
 assembled and join t+1's batch, and t+1's own failures go to the background. Hints whose failed
-rollouts are more than `mentor.reroll.max_staleness` versions old are dropped
+rollouts are more than `recovery.reroll.max_staleness` versions old are dropped
 (mentor/stale_dropped). A checkpoint keeps the hints in flight (their step's plan included) and the
 backend's counts, so a resumed run logs what the uninterrupted one would.
 
@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mentor_fast.config import MentorConfig
-from mentor_fast.config.mentor import RerollSchedule
+from mentor_fast.config.recovery import RerollSchedule
 from mentor_fast.dist import Dist
 from mentor_fast.mentor.backends import BackendKind
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
@@ -50,7 +49,7 @@ from mentor_fast.types import Group, GroupSummary, Problem, Sample
 
 @dataclass(frozen=True)
 class Schedule:
-    """When a step's hints and their first re-roll round are made (mentor.reroll.schedule)."""
+    """When a step's hints and their first re-roll round are made (recovery.reroll.schedule)."""
 
     deferred: bool  # step t's hints are written beside t's update and used at t+1 (else: within t)
     background_round: bool  # the first round is generated beside t's update too (else: it rides in t+1's call)
@@ -89,16 +88,17 @@ class MentorMethod:
 
     metrics = METRICS
 
-    def __init__(self, cfg: MentorConfig, mentor: Mentor, engine: RolloutEngine, score: Scorer, sampling: Sampling,
+    def __init__(self, mentor: Mentor, engine: RolloutEngine, score: Scorer, sampling: Sampling,
                  num_generations: int, dump_path: Path | None = None, dist: Dist | None = None):
-        self.cfg, self.mentor, self.engine, self.score, self.sampling = cfg, mentor, engine, score, sampling
+        self.mentor, self.engine, self.score, self.sampling = mentor, engine, score, sampling
+        self.cfg, self.reroll = mentor.cfg, mentor.budget.reroll
         self.num_generations, self.dump_path = num_generations, dump_path
         self.dist = dist or Dist()
-        self.schedule = SCHEDULES[RerollSchedule(cfg.reroll.schedule)]
+        self.schedule = SCHEDULES[RerollSchedule(self.reroll.schedule)]
         self._rows: list[dict] = []  # this step's mentor.jsonl rows
         # backend=self writes hints with the policy itself, so it cannot run beside the update; a
         # background round can (the engine then has GPUs of its own).
-        self._writes_with_policy = BackendKind(cfg.agents.backend) == BackendKind.SELF
+        self._writes_with_policy = BackendKind(self.cfg.agents.backend) == BackendKind.SELF
         beside = self.schedule.deferred and (not self._writes_with_policy or self.schedule.background_round)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mentor") if beside else None
         self._pending: Future | None = None
@@ -121,7 +121,7 @@ class MentorMethod:
             skip = min(math.ceil(rows / self.num_generations), len(problems) - 1)
             problems = problems[: len(problems) - skip]
             metrics["mentor/prompts_skipped"] = float(skip)
-        rider = dataclasses.replace(request.params, horizon=self.cfg.reroll.horizon)
+        rider = dataclasses.replace(request.params, horizon=self.reroll.horizon)
         return RolloutPlan(problems, riders=[(request.prompts, rider)], metrics=metrics)
 
     def after_score(self, step: int, groups: list[Group], rider_samples: list[list[list[Sample]]],
@@ -204,7 +204,7 @@ class MentorMethod:
         hinted, request, samples = pending.result(timeout=self.cfg.agents.timeout_s)
         wait_s = time.perf_counter() - t0
         lag = policy_version - min((r.policy_version for g in hinted.groups for r in g.rollouts), default=policy_version)
-        if lag > self.cfg.reroll.max_staleness:  # too old to learn from on-policy: drop, and say so
+        if lag > self.reroll.max_staleness:  # too old to learn from on-policy: drop, and say so
             metrics["mentor/stale_dropped"] = float(len(hinted.interventions))
             return None
         if request is None:
@@ -275,7 +275,7 @@ class MentorMethod:
 def build(ctx: MethodContext) -> MentorMethod:
     """method=mentor: the mentor of `mentor.*`, its intervention log in mentor.jsonl."""
     cfg = ctx.cfg
-    mentor = Mentor.from_config(cfg.mentor, ctx.builder, engine=ctx.engine, tokenizer=ctx.tokenizer,
+    mentor = Mentor.from_config(cfg.mentor, cfg.recovery, ctx.builder, engine=ctx.engine, tokenizer=ctx.tokenizer,
                                 seed=cfg.seed, device=ctx.device)
-    return MentorMethod(cfg.mentor, mentor, ctx.engine, ctx.score, ctx.sampling, ctx.num_generations,
+    return MentorMethod(mentor, ctx.engine, ctx.score, ctx.sampling, ctx.num_generations,
                         ctx.out / "mentor.jsonl", dist=ctx.dist)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mentor_fast.config import MentorConfig
+from mentor_fast.config import MentorConfig, RecoveryConfig
 from mentor_fast.mentor.backends import as_agents, build_backend
 from mentor_fast.mentor.cases import FailureCase
 from mentor_fast.mentor.diagnosis import Diagnosis
@@ -84,9 +84,10 @@ def _tokenizer_decode(builder: Any) -> Callable[[list[int]], str]:
 class Mentor:
     """MENTOR wired together: scheduler, agents (backend), leak guard, re-rolls, assembly.
 
-    cfg: a resolved MentorConfig (its task math or code). backend: a text backend
+    cfg: a resolved MentorConfig (its task math or code). budget: the run's recovery section (which
+    groups a step, budget.trigger; how it re-rolls them, budget.reroll). backend: a text backend
     (self/local/openai, wrapped in LLMAgents), `WorkedSolutions`, or ready agents (blind to the
-    attempts with cfg.agents.blind). scheduler: default, one of cfg.trigger. builder:
+    attempts with cfg.agents.blind). scheduler: default, one of budget.trigger. builder:
     `encode(problem, hint) -> ids` (the PromptBuilder contract, see `Rerolls`). decode: completion
     ids -> text (default: builder.tokenizer.decode). Not thread-safe against itself except for the
     documented split: `write_hints` (any thread) then `reroll` + `finish` (the trainer's).
@@ -95,6 +96,7 @@ class Mentor:
     def __init__(
         self,
         cfg: MentorConfig,
+        budget: RecoveryConfig,
         backend: MentorBackend | WorkedSolutions | Agents,
         builder: Any,
         *,
@@ -104,7 +106,7 @@ class Mentor:
         seed: int = 0,
     ) -> None:
         a = cfg.agents
-        self.cfg, self.builder, self.seed, self.task = cfg, builder, seed, TaskKind(cfg.task)
+        self.cfg, self.budget, self.builder, self.seed, self.task = cfg, budget, builder, seed, TaskKind(cfg.task)
         self.backend = backend
         self.agents = as_agents(
             backend, fused=a.fused_call, temperature=a.temperature, attempt_chars=a.attempt_chars,
@@ -114,14 +116,14 @@ class Mentor:
             self.agents = BlindAgents(self.agents)
         self.decode = decode or _tokenizer_decode(builder)
         self.guard = guard or LeakGuard()
-        self.scheduler = scheduler or Scheduler(cfg.trigger, seed=seed)
-        self.rerolls = Rerolls(cfg.reroll, cfg.loss.mode, builder, self.decode)
+        self.scheduler = scheduler or Scheduler(budget.trigger, seed=seed)
+        self.rerolls = Rerolls(budget.reroll, cfg.loss.mode, builder, self.decode)
 
     @classmethod
-    def from_config(cls, cfg: MentorConfig, builder: Any, *, engine: Any = None, tokenizer: Any = None,
-                    seed: int = 0, device: str = "cpu", **kwargs: Any) -> Mentor:
+    def from_config(cls, cfg: MentorConfig, budget: RecoveryConfig, builder: Any, *, engine: Any = None,
+                    tokenizer: Any = None, seed: int = 0, device: str = "cpu", **kwargs: Any) -> Mentor:
         backend = build_backend(cfg.agents, engine=engine, tokenizer=tokenizer, seed=seed, device=device)
-        return cls(cfg, backend, builder, seed=seed, **kwargs)
+        return cls(cfg, budget, backend, builder, seed=seed, **kwargs)
 
     # ------------------------------------------------------------ hints
     def plan(self, groups: list[Group], step: int, everyone: list[GroupSummary] | None = None) -> StepPlan:

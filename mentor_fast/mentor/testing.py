@@ -124,10 +124,12 @@ def make_group(
     return Group(group_id, problem, list(prompt), rollouts)
 
 
-def mentor_config(*overrides: str, enable: bool = True):
-    """A MentorConfig through the real loader: `mentor_config("reroll.count=2", "trigger.start_level=3")`
+def mentor_configs(*overrides: str, enable: bool = True):
+    """A MentorConfig and its budget (RecoveryConfig) through the real loader, to pass as
+    `Mentor(*mentor_configs(...), backend, builder)`: `mentor_configs("reroll.count=2", "trigger.start_level=3")`
     gives what `mentor.reroll.count=2 mentor.trigger.start_level=3` on the command line gives."""
     from mentor_fast.config import load_config
 
     keys = [f"mentor.enable={str(enable).lower()}", *(f"mentor.{o}" for o in overrides)]
-    return load_config([], keys).mentor
+    cfg = load_config([], keys)
+    return cfg.mentor, cfg.recovery

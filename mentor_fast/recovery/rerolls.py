@@ -43,7 +43,7 @@ class RerollRequest:
 
 
 class Rerolls:
-    """cfg: mentor.reroll (count, max_rounds); loss_mode: group re-rolls G per group, the others
+    """cfg: recovery.reroll (count, max_rounds); loss_mode: group re-rolls G per group, the others
     `count`. builder: `encode(problem, hint) -> ids` (the PromptBuilder contract; a ValueError or a
     prompt over `builder.max_prompt_tokens` means no re-roll for that hint, counted as too_long).
     decode: completion ids -> text."""
