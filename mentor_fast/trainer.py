@@ -345,12 +345,8 @@ class Trainer:
                 [(prompts, params), *plan.riders], tag="initial+riders" if plan.riders else "initial")
         groups = []
         for g_idx, p, ids, group_samples in zip(index, kept, prompts, samples):
-            rollouts = [
-                Rollout(problem=p, group_id=step * GROUPS_PER_STEP + g_idx, prompt_ids=ids, completion_ids=s.token_ids,
-                        sampler_logprobs=s.logprobs, text=self.builder.decode_completion(s.token_ids),
-                        finish_reason=s.finish_reason, policy_version=s.policy_version)
-                for s in group_samples
-            ]
+            rollouts = [Rollout.from_sample(p, step * GROUPS_PER_STEP + g_idx, ids, s,
+                                            self.builder.decode_completion(s.token_ids)) for s in group_samples]
             groups.append(Group(group_id=rollouts[0].group_id, problem=p, prompt_ids=ids, rollouts=rollouts))
         return groups, rider_samples
 

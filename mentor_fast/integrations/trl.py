@@ -47,7 +47,7 @@ from typing import Any
 
 from mentor_fast.config import MentorConfig, RecoveryConfig
 from mentor_fast.data.chat import HINT_HEADER
-from mentor_fast.data.jsonl import BadRow, DataError, read_row
+from mentor_fast.data.jsonl import BadRow, DataError, problem_from_row
 from mentor_fast.integrations.trl_config import mentor_configs
 from mentor_fast.mentor import Mentor, build_backend
 from mentor_fast.rollout.base import SamplingParams
@@ -144,12 +144,10 @@ def read_problems(dataset: Any, answer_key: str) -> list[Problem]:
     for n, row in enumerate(dataset, start=1):
         index = n - 1
         try:
-            question, context, gold, steps, columns = read_row(dict(row), "auto", "prompt", answer_key)
+            problems.append(problem_from_row(dict(row), f"row-{index}", f"train_dataset:row {index}", "auto",
+                                             "prompt", answer_key))
         except BadRow as e:
             bad.append(f"row {index}: {e}")
-            continue
-        problems.append(Problem(f"row-{index}", question, gold, steps, source=f"train_dataset:row {index}",
-                                columns=columns, context=context))
     if bad:
         more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise DataError(f"train_dataset: {len(bad)} of {n} rows are unusable (mentor_rollout_func reads each row's "
@@ -332,8 +330,7 @@ class MentorRollout:
         problem = self.problems[index]
         self.prompts.prompts[problem.id], self.rows[problem.id] = prompt, row
         decode = self.mentor.decode
-        rollouts = [Rollout(problem, group_id, list(prompt_ids), s.token_ids, s.logprobs, decode(s.token_ids),
-                            s.finish_reason, s.policy_version) for s in samples]
+        rollouts = [Rollout.from_sample(problem, group_id, prompt_ids, s, decode(s.token_ids)) for s in samples]
         return Group(group_id, problem, list(prompt_ids), rollouts)
 
     def score(self, rollouts: list[Rollout]) -> None:

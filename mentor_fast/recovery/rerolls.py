@@ -138,15 +138,5 @@ class Rerolls:
                 iv.rescued, iv.rescue_level = True, iv.hint.level
 
     def _rollout(self, iv: Intervention, prompt_ids: list[int], s: Sample) -> Rollout:
-        return Rollout(
-            problem=iv.group.problem,
-            group_id=iv.group.group_id,
-            prompt_ids=list(prompt_ids),
-            completion_ids=list(s.token_ids),
-            sampler_logprobs=list(s.logprobs),
-            text=self.decode(s.token_ids),
-            finish_reason=s.finish_reason,
-            policy_version=s.policy_version,
-            origin="mentor",
-            hint=iv.hint,
-        )
+        return Rollout.from_sample(iv.group.problem, iv.group.group_id, prompt_ids, s, self.decode(s.token_ids),
+                                   origin="mentor", hint=iv.hint)
