@@ -33,7 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 from mentor_fast.algo.assemble import LossMode, assemble_groups
-from mentor_fast.config import MentorLossConfig, RunConfig
+from mentor_fast.config import MentorLossConfig, TriggerConfig
+from mentor_fast.config.baselines import LuffyConfig
 from mentor_fast.dist import Dist
 from mentor_fast.method import MethodContext, RolloutPlan
 from mentor_fast.metrics import Reduction
@@ -51,12 +52,14 @@ class LuffyMethod:
 
     metrics = METRICS
 
-    def __init__(self, cfg: RunConfig, tokenizer: Any, score: Scorer, dist: Dist | None = None) -> None:
-        self.cfg, self.tokenizer, self.score = cfg, tokenizer, score
+    def __init__(self, cfg: LuffyConfig, trigger: TriggerConfig, tokenizer: Any, score: Scorer, *, seed: int,
+                 max_tokens: int, dist: Dist | None = None) -> None:
+        """cfg: luffy.*; trigger: the run's recovery.trigger (which groups a step); max_tokens:
+        rollout.max_new_tokens (a longer expert could not have been generated)."""
+        self.tokenizer, self.score, self.seed, self.max_tokens = tokenizer, score, seed, max_tokens
         self.dist = dist or Dist()
-        self.scheduler = Scheduler(cfg.recovery.trigger, seed=cfg.seed)
-        self.loss = MentorLossConfig(mode="shaping", max_replace=1, shaping_gamma=cfg.luffy.gamma)
-        self.max_tokens = cfg.rollout.max_new_tokens
+        self.scheduler = Scheduler(trigger, seed=seed)
+        self.loss = MentorLossConfig(mode="shaping", max_replace=1, shaping_gamma=cfg.gamma)
 
     def expert(self, group: Group, policy_version: int) -> Rollout | None:
         """The worked solution as a completion of the group's prompt (unscored); None when the
@@ -93,7 +96,7 @@ class LuffyMethod:
             self.score(list(experts.values()))
         passing = {gid: [r] for gid, r in experts.items() if r.correct}
         out = assemble_groups(groups, passing, LossMode.SHAPING, self.loss.max_replace,
-                              seed=self.cfg.seed * 1_000_003 + step)
+                              seed=self.seed * 1_000_003 + step)
         out = [treat(g, self.loss) if g.group_id in passing else g for g in out]
         for group, _ in plan.selected:
             self.scheduler.record(group.problem.id, rescued=group.group_id in passing, level=None)
@@ -128,4 +131,6 @@ class LuffyMethod:
 
 
 def build(ctx: MethodContext) -> LuffyMethod:
-    return LuffyMethod(ctx.cfg, ctx.tokenizer, ctx.score, ctx.dist)
+    cfg = ctx.cfg
+    return LuffyMethod(cfg.luffy, cfg.recovery.trigger, ctx.tokenizer, ctx.score, seed=cfg.seed,
+                       max_tokens=cfg.rollout.max_new_tokens, dist=ctx.dist)

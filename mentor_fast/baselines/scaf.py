@@ -35,6 +35,7 @@ import dataclasses
 import math
 
 from mentor_fast.config import MentorConfig, RecoveryConfig, RunConfig
+from mentor_fast.config.baselines import ScafConfig
 from mentor_fast.config.mentor import BackendKind
 from mentor_fast.mentor.method import MentorMethod
 from mentor_fast.mentor.pipeline import Mentor
@@ -47,22 +48,23 @@ TIERS = (1, 2, 3)  # knowledge, planning, solution: the writer's hint levels
 METRICS = MENTOR_METRICS  # Scaf runs on MentorMethod: its metrics are MENTOR's
 
 
-def scaf_config(cfg: RunConfig) -> tuple[MentorConfig, RecoveryConfig]:
-    """MENTOR's config and the run's budget as Scaf runs them: the writer, tiers, exemption and loss
-    Scaf's own, the rest of cfg.recovery as it is."""
-    m = copy.deepcopy(cfg.mentor)
+def scaf_config(cfg: ScafConfig, mentor: MentorConfig, recovery: RecoveryConfig,
+                max_steps: int) -> tuple[MentorConfig, RecoveryConfig]:
+    """MENTOR's config and the run's budget as Scaf runs them: the writer, tiers, exemption (a share
+    of the run's max_steps) and loss Scaf's own, the rest of mentor.* and recovery.* as they are."""
+    m = copy.deepcopy(mentor)
     m.agents = dataclasses.replace(m.agents, backend=BackendKind.WORKED_SOLUTIONS, blind=True)
     m.loss = dataclasses.replace(m.loss, mode="replace", distill_coef=0.0)
-    exempt = math.ceil(cfg.scaf.exempt_frac * cfg.trainer.max_steps - 1e-9)  # steps 1 .. exempt
+    exempt = math.ceil(cfg.exempt_frac * max_steps - 1e-9)  # steps 1 .. exempt
     budget = RecoveryConfig(
-        trigger=dataclasses.replace(cfg.recovery.trigger, start_level=TIERS[0], exempt_steps=exempt + 1),
-        reroll=dataclasses.replace(cfg.recovery.reroll, max_rounds=len(TIERS)))
+        trigger=dataclasses.replace(recovery.trigger, start_level=TIERS[0], exempt_steps=exempt + 1),
+        reroll=dataclasses.replace(recovery.reroll, max_rounds=len(TIERS)))
     return m, budget
 
 
 def scaf_mentor(cfg: RunConfig, builder) -> Mentor:
     """The mentor Scaf runs on: the worked-solutions writer, blind, under a static scheduler."""
-    m, budget = scaf_config(cfg)
+    m, budget = scaf_config(cfg.scaf, cfg.mentor, cfg.recovery, cfg.trainer.max_steps)
     return Mentor(m, budget, WorkedSolutions(), builder, seed=cfg.seed,
                   scheduler=Scheduler(budget.trigger, seed=cfg.seed, static=True))
 
