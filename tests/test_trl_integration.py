@@ -169,6 +169,8 @@ def test_the_reroll_schedule_inside_trl_is_in_step():
     assert mentor_configs({"reroll": {"schedule": "in_step", "count": 2}})[1].reroll.count == 2
     assert mentor_configs(recovery={"reroll": {"count": 2}}) == mentor_configs({"reroll": {"count": 2}})
     assert mentor_configs(MentorConfig(), RecoveryConfig())[1].reroll.schedule == RerollSchedule.IN_STEP  # unset
+    budget = RecoveryConfig(reroll=RerollConfig(count=2))  # its default schedule counts as unset
+    assert mentor_configs(MentorConfig(), budget) == mentor_configs(recovery={"reroll": {"count": 2}})
     with pytest.raises(ValueError, match="which is the in_step schedule"):
         mentor_configs(recovery=RecoveryConfig(reroll=RerollConfig(schedule=RerollSchedule.DURING_UPDATE)))
 

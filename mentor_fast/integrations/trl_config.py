@@ -30,11 +30,20 @@ def _refuse_out_of_place(task: Any, schedule: Any, horizon: Any) -> None:
             raise ValueError(message)
 
 
+def _changed(values: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, dict):
+            v = _changed(v, default[k])
+        if v != default[k] and v != {}:
+            out[k] = v
+    return out
+
+
 def _as_values(section: Any, cls: type) -> dict[str, Any]:
     """A section's overrides as a YAML file holds them; a dataclass's defaults count as unset."""
     if isinstance(section, cls):
-        default = to_dict(cls())
-        return {k: v for k, v in to_dict(section).items() if v != default[k]}
+        return _changed(to_dict(section), to_dict(cls()))
     return dict(section or {})
 
 
