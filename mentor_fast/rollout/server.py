@@ -17,7 +17,7 @@ writes it in the engine's dtype and the server's engine reloads it, checking nam
 (a bad file leaves the engine untouched and the trainer gets the error). This is one host round
 trip per sync; vLLM's NCCL weight transfer (the trainer's GPU straight into the engine's) is the
 step after, and is not built. With the engine on GPUs of its own nothing needs to sleep, so
-mentor.reroll.schedule=during_update can generate step t's re-rolls while step t's update runs.
+recovery.reroll.schedule=during_update can generate step t's re-rolls while step t's update runs.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ class VLLMEngine:
         self._tally: dict[str, list[int]] = {}  # tag -> [queries, hits] since the last pop_metrics
         self.cache_totals: dict[str, list[int]] = {}  # tag -> [queries, hits] since start
         self._fault_sync_delay_s = 0.0  # test hook: makes the worker hang inside a sync
-        # One engine call at a time: a background re-roll (mentor.reroll.schedule=during_update) and the
+        # One engine call at a time: a background re-roll (recovery.reroll.schedule=during_update) and the
         # sync after the update take turns; the sync waits for the re-roll sampled by the old weights.
         self._lock = threading.RLock()
         self._warned_top_p = False
