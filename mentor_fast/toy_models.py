@@ -65,8 +65,8 @@ def _ladder_corpus(smollm2_tok, n_per_level: int = 300) -> list[str]:
 
     builder = PromptBuilder(smollm2_tok, MATH_SYSTEM_PROMPT, 10**6)
     texts = []
-    # Levels 1-6 only: the corpus (and so every built tokenizer) is unchanged since level 7 was added;
-    # its one new character, '#', is a byte token.
+    # Levels 1-6 only: level 7's one character beyond them, '#', is a byte token, and leaving its
+    # problems out keeps every tokenizer built from this corpus the same.
     for level in ARITHMETIC_LEVELS:
         for max_digits in (0, 1, 2):
             rng = random.Random(f"ladder-tokenizer:{level}:{max_digits}")

@@ -234,7 +234,6 @@ class Trainer:
         state = {
             "scheduler": self.scheduler.state_dict(),
             "policy_version": self.policy_version,
-            "data": {"source": self.cfg.data.source, "seed": self.cfg.seed, "next_step": step + 1},
         }
         rank_state = {"update_generator": self.updater.generator.get_state(), "method": self.method.state_dict()}
         return save_checkpoint(self.out / "checkpoints", step, policy=self.policy, optimizer=self.optimizer,

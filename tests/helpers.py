@@ -17,6 +17,7 @@ from mentor_fast.types import Group, Problem, Rollout
 from mentor_fast.update import PolicyUpdater, build_optimizer
 
 PAD = 2
+EOS = 2  # SmolLM2's <|im_end|>: tokenizer EOS and generation_config EOS of the tiny model
 
 # A TRL-style reward function for the tiny random model, which never answers correctly: a signal
 # that does not depend on correctness (the module is written where a test's run can import it).
@@ -97,3 +98,12 @@ def assert_grads_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tenso
     for name, w in want.items():
         err = float((got[name] - w).norm())
         assert err <= rel * float(w.norm()) + 1e-12, f"{name}: |diff| {err:.3g} vs |grad| {float(w.norm()):.3g}"
+
+
+def eos_bias_hook(module, args, output, bias: float = 6.35):
+    """The random tiny model spreads its mass over ~49k tokens; +6.35 on the EOS logit gives P(EOS) ~ 0.15
+    a step at T = 0.7 (e^(6.35/0.7) ~ 49k * 0.15 / 0.85), so rows finish at different steps and some
+    run to the length limit."""
+    out = output.clone()
+    out[..., EOS] += bias
+    return out

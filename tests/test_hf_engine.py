@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import EOS, eos_bias_hook
 
 from mentor_fast.config import RolloutConfig
 from mentor_fast.models import load_policy, load_tokenizer
@@ -21,7 +22,6 @@ from mentor_fast.rollout.base import RolloutEngine, SamplingParams, refuse_horiz
 from mentor_fast.rollout.hf import CPU_GQA_ATTENTION, HFEngine, eos_token_ids, sample_tokens
 
 QUESTIONS = ["What is 2 + 2?", "Tom has 17 apples and gives away 5. How many apples are left? Explain."]
-EOS = 2  # SmolLM2's <|im_end|>: tokenizer EOS and generation_config EOS of the tiny model
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +49,6 @@ DECODES = ["loop", "static"]
 def engine(model, tok, batch_size: int = 64, decode: str = "loop") -> HFEngine:
     return HFEngine(model, tok, RolloutConfig(hf_batch_size=batch_size, hf_decode=decode, hf_compile="none",
                                               hf_sync_every=2))
-
-
-def eos_bias_hook(module, args, output, bias: float = 6.35):
-    """The random tiny model spreads its mass over ~49k tokens; +6.35 on the EOS logit gives P(EOS) ~ 0.15
-    a step at T = 0.7 (e^(6.35/0.7) ~ 49k * 0.15 / 0.85), so rows finish at different steps and some
-    run to the length limit."""
-    out = output.clone()
-    out[..., EOS] += bias
-    return out
 
 
 def teacher_forced_logprobs(model, prompt: list[int], completion: list[int], temperature: float) -> torch.Tensor:

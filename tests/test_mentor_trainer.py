@@ -144,7 +144,7 @@ def test_reroll_horizon_cuts_merged_rerolls_in_training(tmp_path):
     """On a tiny model biased toward EOS (rows end at different steps; fault injection of lengths),
     mentor.reroll.horizon=1 keeps every merged re-roll within the initial rollouts' longest length:
     longer ones are cut, counted, and never reach the dump as re-rolls."""
-    from test_hf_engine import eos_bias_hook  # tests/ is on sys.path (pytest rootdir-relative imports)
+    from helpers import eos_bias_hook
 
     cfg = load_config(["configs/tiny_test.yaml"], [
         f"output_dir={tmp_path}", "mentor.enable=true", "mentor.reroll.schedule=next_step_extra_rows",
