@@ -37,14 +37,16 @@ from mentor_fast.config import MentorLossConfig, TriggerConfig
 from mentor_fast.config.baselines import LuffyConfig
 from mentor_fast.dist import Dist
 from mentor_fast.method import MethodContext, RolloutPlan
-from mentor_fast.metrics import Reduction
+from mentor_fast.metrics import Reduce, Reduction
 from mentor_fast.recovery.rerolls import Scorer
 from mentor_fast.recovery.rescue import treat
 from mentor_fast.recovery.scheduler import Scheduler, every_rank
 from mentor_fast.sft import sft_target
 from mentor_fast.types import Group, Problem, Rollout
 
-METRICS: dict[str, Reduction] = {}  # luffy/*: counts, summed over ranks
+# luffy/* are counts, summed over ranks, but for the scheduler's collapse event: its plan is global, so
+# every rank reports the same flag
+METRICS: dict[str, Reduction] = {"luffy/collapse_event": Reduction(Reduce.SHARED)}
 
 
 class LuffyMethod:
