@@ -66,6 +66,7 @@ class Reduction:
 
 
 _MAX_PREFIXES = ("timing_s/", "perf/", "off_policy/")
+_MAX_SUFFIXES = ("_max", "_mb")  # sizes are per rank (each rank syncs its own engine): the largest
 _MEAN_SUFFIXES = ("/mean", "_frac", "_rate")
 _SHARED = {"trainer/skipped_step"}
 
@@ -74,7 +75,7 @@ def _rule(key: str) -> Reduction:
     """The trainer's own metrics: counts summed unless the name says otherwise."""
     if key in _SHARED:
         return Reduction(Reduce.SHARED)
-    if key.startswith(_MAX_PREFIXES) or key.endswith("_max"):
+    if key.startswith(_MAX_PREFIXES) or key.endswith(_MAX_SUFFIXES):
         return Reduction(Reduce.MAX)
     if key.endswith(_MEAN_SUFFIXES):
         return Reduction(Reduce.MEAN)
@@ -84,7 +85,7 @@ def _rule(key: str) -> Reduction:
 def reduce_metrics(dist, metrics: dict[str, float], declared: Mapping[str, Reduction] | None = None
                    ) -> dict[str, float]:
     """Every rank's metrics -> the run's: a metric `declared` names (the method's) as declared, the
-    others by their names: counts summed, times and lags the slowest rank's, per-rollout means and
+    others by their names: counts summed, times, lags and sizes the largest rank's, per-rollout means and
     rates averaged over the ranks that report them (each rank holds the same number of prompts).
     Every rank calls it; with one rank it is the identity. (The trainer computes the initial
     groups' and the batch's metrics from exact sums instead: group_metrics, batch_metrics.)"""
