@@ -214,23 +214,13 @@ def test_tiny_run_with_scaf_hints_after_the_exemption_and_climbs_the_tiers(tmp_p
     assert dumps and all([h["level"] for h in d["hints"]] == [1, 2, 3] for d in dumps)  # nothing solves it
 
 
-class _TwoRanks:
-    """A stand-in for two ranks' gather (test_distributed.py's 2-rank runs use real ones)."""
-
-    enabled = True
-
-    def __init__(self, other: dict) -> None:
-        self.other = other
-
-    def gather(self, mine):
-        return [mine, self.other]
-
-
 def test_luffy_counts_sum_over_ranks_and_its_collapse_flag_does_not():
+    from helpers import TwoRanks
+
     from mentor_fast.baselines.luffy import LuffyMethod
     from mentor_fast.metrics import reduce_metrics
 
     a = {"luffy/selected": 2.0, "luffy/inserted": 1.0, "luffy/collapse_event": 1.0}
     b = {"luffy/selected": 1.0, "luffy/inserted": 1.0, "luffy/collapse_event": 1.0}
-    out = reduce_metrics(_TwoRanks(b), a, LuffyMethod.metrics)
+    out = reduce_metrics(TwoRanks(b), a, LuffyMethod.metrics)
     assert out == {"luffy/selected": 3.0, "luffy/inserted": 2.0, "luffy/collapse_event": 1.0}

@@ -162,19 +162,9 @@ def test_reroll_horizon_cuts_merged_rerolls_in_training(tmp_path):
     assert sum(r["mentor/rerolls_cut"] for r in rows[1:]) == sum(d["rerolls_cut"] for d in dumps) > 0
 
 
-class _TwoRanks:
-    """A stand-in for two ranks' gather (the 2-rank runs in test_distributed.py use real ones)."""
-
-    enabled = True
-
-    def __init__(self, other: dict) -> None:
-        self.other = other
-
-    def gather(self, mine):
-        return [mine, self.other]
-
-
 def test_mentor_declares_how_its_metrics_reduce_over_ranks_and_which_are_timings():
+    from helpers import TwoRanks
+
     from mentor_fast.mentor.method import MentorMethod
     from mentor_fast.metrics import reduce_metrics
     from mentor_fast.trainer import TIMING_PREFIXES
@@ -183,12 +173,12 @@ def test_mentor_declares_how_its_metrics_reduce_over_ranks_and_which_are_timings
          "groups/all_fail_frac_after_mentor": 0.5, "mentor/assembled_groups": 2.0, "reward/mean": 0.2}
     b = {"mentor/triggered": 1.0, "mentor/latency_s": 3.0, "mentor/overlap_frac": 0.4, "mentor/all_fail_frac": 0.75,
          "groups/all_fail_frac_after_mentor": 0.0, "mentor/assembled_groups": 6.0, "reward/mean": 0.4}
-    out = reduce_metrics(_TwoRanks(b), a, MentorMethod.metrics)
+    out = reduce_metrics(TwoRanks(b), a, MentorMethod.metrics)
     assert out == pytest.approx({
         "mentor/triggered": 3.0, "mentor/latency_s": 3.0, "mentor/overlap_frac": 0.4, "mentor/all_fail_frac": 0.75,
         "groups/all_fail_frac_after_mentor": 0.125, "mentor/assembled_groups": 8.0, "reward/mean": 0.3})
     # undeclared, they would reduce by their names: latencies and the after-assembly fraction summed
     # as counts, the plan's shared fraction averaged
-    plain = reduce_metrics(_TwoRanks(b), a)
+    plain = reduce_metrics(TwoRanks(b), a)
     assert plain["mentor/latency_s"] == 4.0 and plain["groups/all_fail_frac_after_mentor"] == 0.5
     assert {"mentor/latency_s", "mentor/reroll_s", "mentor/overlap_frac"} <= set(TIMING_PREFIXES)
