@@ -41,6 +41,6 @@ def make_engine(cfg: RolloutConfig, model, tokenizer, model_path: Path, dtype: s
         from mentor_fast.rollout.server import ServerEngine
 
         return ServerEngine(cfg, model_path, lora_rank=lora_rank)
-    from mentor_fast.rollout.vllm import VLLMEngine  # the only module that imports vllm
+    from mentor_fast.rollout.vllm import VLLMEngine  # vllm*.py: the only modules that import vllm
 
     return VLLMEngine(model_path, tokenizer, cfg, dtype=dtype, seed=seed, lora_rank=lora_rank)
