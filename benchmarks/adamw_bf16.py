@@ -19,11 +19,11 @@ import random
 
 import torch
 
-from mentor_fast.config import MATH_SYSTEM_PROMPT
 from mentor_fast.data.chat import PromptBuilder
 from mentor_fast.data.ladder import make_problem
 from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
 from mentor_fast.optim import AdamWBF16States
+from mentor_fast.tasks.math import SYSTEM_PROMPT as MATH_SYSTEM_PROMPT
 
 
 def _flat(model) -> torch.Tensor:

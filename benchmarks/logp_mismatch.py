@@ -23,11 +23,12 @@ import time
 import torch
 from mentor_fast.kernels import token_logprobs
 
-from mentor_fast.config import MATH_SYSTEM_PROMPT, RolloutConfig
+from mentor_fast.config import RolloutConfig
 from mentor_fast.data.chat import PromptBuilder
 from mentor_fast.data.ladder import make_problem
 from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
 from mentor_fast.rollout.base import SamplingParams
+from mentor_fast.tasks.math import SYSTEM_PROMPT as MATH_SYSTEM_PROMPT
 
 
 def trainer_logprobs(model, prompt, tokens, temperature, bf16: bool) -> torch.Tensor:

@@ -87,7 +87,7 @@ def task_overrides(args) -> list[str]:
     ladder (data/code_ladder.py) and sandboxed tests."""
     if args.task == "math":
         return [f"data.max_digits={args.max_digits}"]
-    return ["data.source=code_ladder", "reward.kind=code", f"reward.code.timeout_s={args.code_timeout}"]
+    return ["data.source=code_ladder", f"reward.code.timeout_s={args.code_timeout}"]
 
 
 def _common(args, out: Path, seed: int) -> list[str]:
@@ -204,8 +204,8 @@ def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
     from mentor_fast.data import PromptBuilder, build_source
     from mentor_fast.evaluate import evaluate
     from mentor_fast.models import load_policy, load_tokenizer
-    from mentor_fast.rewards import VERIFIERS, RewardKind
     from mentor_fast.rollout import make_engine
+    from mentor_fast.tasks import TASKS, TaskKind
 
     cfg = load_config([], [*task_overrides(args), f"model.path={policy}", f"seed={seed}",
                            f"data.jump_levels=[{args.jump_level}]", f"data.levels=[{args.jump_level}]",
@@ -215,7 +215,7 @@ def heldout_accuracy(policy: Path, args, seed: int, out_jsonl: Path) -> dict:
     engine = make_engine(cfg.rollout, model, tok, policy, cfg.model.dtype, seed)
     builder = PromptBuilder(tok, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     problems = build_source(cfg.data, seed).eval_problems(args.eval_problems, levels=[args.jump_level])
-    verifier = VERIFIERS[RewardKind(cfg.reward.kind)](cfg.reward)
+    verifier = TASKS[TaskKind(cfg.task)].verifier(cfg.reward)
     try:
         summary = evaluate(engine, builder, verifier.check, problems, n=args.eval_n, ks=[1],
                            temperature=1.0, max_new_tokens=args.max_new_tokens, seed=10_000 + seed,

@@ -56,9 +56,9 @@ def token_weights(policy: str, rows: list[dict], limit: int, gamma: float = 0.1)
     p_q and p_hint, and the transfer and shaping weights of that token and on average."""
     import torch
 
-    from mentor_fast.config import MATH_SYSTEM_PROMPT
     from mentor_fast.data import PromptBuilder
     from mentor_fast.models import load_policy, load_tokenizer, resolve_model_path
+    from mentor_fast.tasks.math import SYSTEM_PROMPT as MATH_SYSTEM_PROMPT
     from mentor_fast.types import Problem
 
     path = resolve_model_path(policy)

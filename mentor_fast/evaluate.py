@@ -244,14 +244,13 @@ def _merged(base: Path, adapter: Path) -> Path:
 
 
 def _data_overrides(data: str | None) -> list[str]:
-    """--data as config overrides, applied before the user's own (so derived defaults follow it)."""
+    """--data as config overrides, applied before the user's own (so the task and what follows it
+    follow the data)."""
     if data is None:
         return []
-    if data in ("ladder", "code_ladder"):
-        return [f"data.source={data}"] + (["reward.kind=code"] if data == "code_ladder" else [])
-    if data == "humaneval":
-        return ["data.source=humaneval", "reward.kind=code"]
-    return ["data.source=jsonl", f"data.path={data}"]
+    if data in ("ladder", "code_ladder", "humaneval"):
+        return [f"data.source={data}", "task=auto"]
+    return ["data.source=jsonl", f"data.path={data}", "task=auto"]
 
 
 def _problems(cfg, args) -> list[Problem]:
@@ -282,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     from mentor_fast.config import load_config, to_dict
     from mentor_fast.data import PromptBuilder
     from mentor_fast.models import load_policy, load_tokenizer, resolve_device
-    from mentor_fast.rewards import VERIFIERS, RewardKind
     from mentor_fast.rollout import engine_dtype, make_engine
+    from mentor_fast.tasks import TASKS, TaskKind
 
     args = _parser().parse_args(argv)
     cfg = load_config(args.config, [*_data_overrides(args.data), *args.overrides])
@@ -303,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     r = cfg.rollout
     print(f"eval: {len(problems)} problems, n={args.n}, greedy={args.greedy}, weights {weights}")
-    verifier = VERIFIERS[RewardKind(cfg.reward.kind)](cfg.reward)
+    verifier = TASKS[TaskKind(cfg.task)].verifier(cfg.reward)
     print(f"reward: {verifier.describe()}")
     try:
         summary = evaluate(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mentor_fast.config import load_config
+from mentor_fast.tasks import TASKS, TaskKind, task_of
 
 
 @dataclass
@@ -41,13 +42,12 @@ class SFTSchedule:
 
 
 def sft_target(problem) -> str:
-    """What the warm-up teaches for a problem: its worked steps and the boxed answer (math), or its
-    reference program in one fenced block (code, the form rewards/program.py extracts)."""
-    if problem.code is not None:
-        if not problem.code.solution:
-            raise ValueError(f"problem {problem.id!r} has no reference solution to train on")
-        return f"```python\n{problem.code.solution.strip()}\n```"
-    return "\n".join(problem.solution_steps) + f"\nThe answer is \\boxed{{{problem.gold}}}."
+    """What the warm-up teaches for a problem: its task's worked solution (math: the steps and the
+    boxed answer; code: the reference program in one fenced block)."""
+    target = task_of(problem).worked_solution(problem)
+    if target is None:
+        raise ValueError(f"problem {problem.id!r} has no worked solution to train on")
+    return target
 
 
 def sft_warmup(model: str, data_overrides: list[str], out: Path, seed: int, sched: SFTSchedule,
@@ -121,16 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides, applied last")
     args = p.parse_args(argv)
     cfg = load_config(args.config, args.overrides)
-    task = [f"data.source={cfg.data.source}", f"data.max_digits={cfg.data.max_digits}",
-            f"reward.kind={cfg.reward.kind}"]
+    task = [f"data.source={cfg.data.source}", f"data.max_digits={cfg.data.max_digits}", f"task={cfg.task}"]
     if cfg.data.source == "jsonl":
         task += [f"data.path={cfg.data.path}", f"data.format={cfg.data.format}",
                  f"data.code_columns={cfg.data.code_columns}"]
     data = [*task, f"data.levels=[{args.levels or ','.join(map(str, cfg.data.levels))}]"]
     hinted = None
     if args.hinted_levels:
-        ladder = "code_ladder" if cfg.reward.kind == "code" else "ladder"  # hinted rows: the task's ladder
-        hinted = [f"data.source={ladder}", f"reward.kind={cfg.reward.kind}", f"data.levels=[{args.hinted_levels}]",
+        ladder = TASKS[TaskKind(cfg.task)].ladder  # hinted rows: the task's ladder
+        hinted = [f"data.source={ladder}", f"task={cfg.task}", f"data.levels=[{args.hinted_levels}]",
                   f"data.max_digits={cfg.data.max_digits}"]
     sched = SFTSchedule(steps=args.steps, batch=args.batch, lr=args.lr, schedule=args.schedule,
                         hinted_frac=args.hinted_frac if hinted else 0.0,

@@ -58,10 +58,10 @@ def _ladder_corpus(smollm2_tok, n_per_level: int = 300) -> list[str]:
     tokenizer matches them whole."""
     import random
 
-    from mentor_fast.config import MATH_SYSTEM_PROMPT
     from mentor_fast.data.chat import PromptBuilder
     from mentor_fast.data.ladder import ARITHMETIC_LEVELS, make_problem
     from mentor_fast.mentor.writers.solutions import cold_hint
+    from mentor_fast.tasks.math import SYSTEM_PROMPT as MATH_SYSTEM_PROMPT
 
     builder = PromptBuilder(smollm2_tok, MATH_SYSTEM_PROMPT, 10**6)
     texts = []

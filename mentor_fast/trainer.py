@@ -164,7 +164,8 @@ class Trainer:
                                      dist=self.dist, checkpointing=cfg.model.gradient_checkpointing)
         self.builder = PromptBuilder(self.tokenizer, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         self.source = build_source(cfg.data, cfg.seed, rows)
-        self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat, max_new_tokens=cfg.rollout.max_new_tokens)
+        self.scorer = RewardScorer(cfg.reward, messages=self.builder.chat, max_new_tokens=cfg.rollout.max_new_tokens,
+                                   task=cfg.task)
         if self.dist.is_main:
             print(f"reward: {self.scorer.verifier.describe()}", flush=True)
         self.start_step = 0

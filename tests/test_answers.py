@@ -7,9 +7,9 @@ import pytest
 from mentor_fast.answers import has_boxed, last_boxed, unwrap_boxed
 from mentor_fast.mentor import check_hint
 from mentor_fast.mentor.cases import FailureCase
-from mentor_fast.mentor.tasks.math_gates import normalize_gold
 from mentor_fast.mentor.testing import ladder_problem, make_group
 from mentor_fast.rewards import math as verifier
+from mentor_fast.tasks.math.gates import normalize_gold
 
 # (completion, the answer every reader must take from it)
 CASES = [
@@ -41,7 +41,7 @@ def test_the_mentor_reads_the_answer_the_verifier_scored(text, answer):
     answers it groups, counts and shows the diagnoser) agree on every input, malformed ones too."""
     assert verifier.last_boxed(text) == answer
     group = make_group(ladder_problem(), [text], correct=[False])
-    case = FailureCase.from_group(group, "math")
+    case = FailureCase.from_group(group)
     expected = "<no answer>" if answer is None else answer.replace(" ", "")
     assert case.answers == {expected: 1}
 

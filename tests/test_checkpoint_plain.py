@@ -5,11 +5,12 @@ import json
 
 import pytest
 
-from mentor_fast.mentor import Diagnosis, FailureCase, Mentor, TaskKind, WorkedSolutions
+from mentor_fast.mentor import Diagnosis, FailureCase, Mentor, WorkedSolutions
 from mentor_fast.mentor.pipeline import HintedStep
 from mentor_fast.mentor.testing import CharPromptBuilder, ladder_problem, make_group, mentor_configs
 from mentor_fast.recovery.plain import from_plain, is_plain, to_plain
 from mentor_fast.rewards.code import CodeResult
+from mentor_fast.tasks import TaskKind
 from mentor_fast.types import CodeTask, ExtraTerm, Group, Hint, Problem, Rollout, TokenWeighting
 
 

@@ -6,16 +6,17 @@ import json
 
 import pytest
 
-from mentor_fast.mentor import TASKS, FailureCase, LeakGuard, LLMAgents, TaskKind, WorkedSolutions, cold_hint
+from mentor_fast.mentor import FailureCase, LeakGuard, LLMAgents, WorkedSolutions, cold_hint
 from mentor_fast.mentor.cases import choose_attempts
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis
-from mentor_fast.mentor.tasks.code_analysis import describe_input, parse_test_line
-from mentor_fast.mentor.tasks.code_attempts import code_failure
-from mentor_fast.mentor.tasks.code_outputs import expected_outputs
 from mentor_fast.mentor.testing import CharPromptBuilder, mentor_configs
 from mentor_fast.mentor.writers.prompts import diagnose_messages, fused_messages, instruct_messages
 from mentor_fast.rewards.code import run_tests
+from mentor_fast.tasks import TASKS, TaskKind
+from mentor_fast.tasks.code.analysis import describe_input, parse_test_line
+from mentor_fast.tasks.code.attempts import code_failure
+from mentor_fast.tasks.code.outputs import expected_outputs
 from mentor_fast.types import CodeTask, Group, Problem, Rollout
 
 REFERENCE = """def second_largest(nums):
@@ -88,12 +89,12 @@ def run(results, kind):
     return attempt(f"Here is my solution:\n```python\n{PROGRAMS[kind][0]}```\nDone.", results[kind])
 
 
-MATH, CODE = TASKS[TaskKind.MATH], TASKS[TaskKind.CODE]
+MATH, CODE = TASKS[TaskKind.MATH].mentor(), TASKS[TaskKind.CODE].mentor()
 CODE_FAILURES = CODE.failures
 
 
-def case_of(rollouts, task="code"):
-    return FailureCase.from_group(Group(0, PROBLEM, [1], rollouts), task)
+def case_of(rollouts):
+    return FailureCase.from_group(Group(0, PROBLEM, [1], rollouts))
 
 
 # ---------------------------------------------------------------- taxonomy
@@ -284,7 +285,7 @@ def test_pipeline_guards_code_hints_with_the_problems_code_task(results):
                 return ["The function should return 9 for the third test." for _ in cases]
             return super().instruct(cases, diagnoses, levels, feedback)
 
-    # the run's task stays math (reward.kind=math): the problem's CodeTask alone makes it a code case
+    # a mentor built with math's defaults: the problem's CodeTask alone makes it a code case
     cfg = mentor_configs(
         "trigger.max_groups_frac=1.0", "trigger.collapse_abs=1.0", "trigger.collapse_delta=1.0"
     )

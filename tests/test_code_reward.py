@@ -37,7 +37,7 @@ def _rollouts(names: list[str], problem: Problem = PROBLEM) -> list[Rollout]:
 
 @pytest.fixture(scope="module")
 def scorer():
-    with RewardScorer(RewardConfig(kind="code", code=CodeRewardConfig(timeout_s=2.0, workers=2))) as s:
+    with RewardScorer(RewardConfig(code=CodeRewardConfig(timeout_s=2.0, workers=2)), task="code") as s:
         yield s
 
 
@@ -132,7 +132,7 @@ def test_fault_injection_no_namespaces_stops_with_the_way_out(monkeypatch):
 
 
 def test_sandbox_none_warns_at_every_step(caplog):
-    with RewardScorer(RewardConfig(kind="code", code=CodeRewardConfig(sandbox="none", timeout_s=5.0))) as s:
+    with RewardScorer(RewardConfig(code=CodeRewardConfig(sandbox="none", timeout_s=5.0)), task="code") as s:
         assert "NOT isolated" in s.verifier.describe()
         with caplog.at_level(logging.WARNING, logger="mentor_fast.rewards.registry"):
             for _ in range(2):
@@ -143,14 +143,34 @@ def test_sandbox_none_warns_at_every_step(caplog):
     assert len(warnings) == 2
 
 
-def test_config_rules_name_the_keys():
-    with pytest.raises(ConfigError, match="reward.kind=code needs code problems"):
-        load_config([], ["reward.kind=code"])
-    with pytest.raises(ConfigError, match="set reward.kind=code"):
-        load_config([], ["data.source=code_ladder"])
-    with pytest.raises(ConfigError, match="leave mentor.task at auto"):
-        load_config([], ["data.source=code_ladder", "reward.kind=code", "mentor.task=math"])
+def test_the_task_follows_the_data_and_its_rules_name_the_keys():
+    for source in ("code_ladder", "humaneval"):
+        cfg = load_config([], [f"data.source={source}"])
+        assert cfg.task == "code" and "```python" in cfg.data.system_prompt
+    assert load_config([], ["data.source=jsonl", "data.path=x.jsonl", "data.format=code"]).task == "code"
+    assert load_config([], ["data.source=jsonl", "data.path=x.jsonl"]).task == "math"
+    cfg = load_config([], [])
+    assert cfg.task == "math" and "\\boxed" in cfg.data.system_prompt
+    with pytest.raises(ConfigError, match=r"task=code needs data.source=code_ladder or humaneval, or data.format=code"):
+        load_config([], ["task=code"])
+    with pytest.raises(ConfigError, match=r"task=math needs data.source=ladder.*code_ladder.*leave task at auto"):
+        load_config([], ["data.source=code_ladder", "task=math"])
+    with pytest.raises(ConfigError, match="data.format=code reads JSONL files"):
+        load_config([], ["data.source=file", "data.path=x.parquet", "data.format=code"])
     with pytest.raises(ConfigError, match="sandbox"):
-        load_config([], ["data.source=code_ladder", "reward.kind=code", "reward.code.sandbox=off"])
-    cfg = load_config([], ["data.source=code_ladder", "reward.kind=code"])
-    assert cfg.mentor.task == "code" and "```python" in cfg.data.system_prompt
+        load_config([], ["data.source=code_ladder", "reward.code.sandbox=off"])
+
+
+def test_the_old_task_keys_are_read_as_task(tmp_path):
+    """reward.kind and mentor.task were one setting under two names: both are read as `task`."""
+    assert load_config([], ["data.source=code_ladder", "reward.kind=code"]).task == "code"
+    assert load_config([], ["data.source=code_ladder", "mentor.task=code"]).task == "code"
+    old = tmp_path / "old.yaml"
+    old.write_text("data:\n  source: code_ladder\nreward:\n  kind: code\nmentor:\n  task: auto\n")
+    assert load_config([old]).task == "code"
+    with pytest.raises(ConfigError, match="task=math needs"):
+        load_config([], ["data.source=code_ladder", "reward.kind=math"])
+    both = tmp_path / "both.yaml"
+    both.write_text("task: code\nreward:\n  kind: code\n")
+    with pytest.raises(ConfigError, match=f"{both}: 'reward.kind' is read as 'task', which is set too"):
+        load_config([both])

@@ -10,13 +10,13 @@ import pytest
 from mentor_fast.config import load_config
 from mentor_fast.evaluate import main as eval_main
 from mentor_fast.mentor.guard import check_hint
-from mentor_fast.mentor.tasks.code import CODE_FAILURES
 from mentor_fast.metrics import read_metrics
 from mentor_fast.rewards.code import STATUSES
+from mentor_fast.tasks.code.mentor import CODE_FAILURES
 from mentor_fast.trainer import Trainer
 
 TINY = "configs/tiny_test.yaml"
-CODE = ["data.source=code_ladder", "reward.kind=code", "reward.code.timeout_s=4"]
+CODE = ["data.source=code_ladder", "reward.code.timeout_s=4"]
 
 
 def test_tiny_code_ladder_run_with_the_mentor(tmp_path, capsys):

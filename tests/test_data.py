@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mentor_fast.config import MATH_SYSTEM_PROMPT, DataConfig
+from mentor_fast.config import DataConfig
 from mentor_fast.data import (
     HINT_HEADER,
     Curriculum,
@@ -25,6 +25,7 @@ from mentor_fast.data import (
 )
 from mentor_fast.data.jsonl import BadRow, problem_from_row
 from mentor_fast.data.ladder import LEVELS
+from mentor_fast.tasks.math import SYSTEM_PROMPT as MATH_SYSTEM_PROMPT
 from mentor_fast.types import Problem, Rollout, Sample
 
 _ARITH = re.compile(r"^[0-9+\-* ()]+$")

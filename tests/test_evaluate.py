@@ -7,13 +7,14 @@ import math
 
 import pytest
 
-from mentor_fast.config import MATH_SYSTEM_PROMPT, DataConfig, RolloutConfig
+from mentor_fast.config import DataConfig, RolloutConfig
 from mentor_fast.data import PromptBuilder, build_source
 from mentor_fast.evaluate import evaluate, main, pass_at_k
 from mentor_fast.models import load_policy, load_tokenizer
 from mentor_fast.rewards import verify
 from mentor_fast.rollout.base import SamplingParams
 from mentor_fast.rollout.hf import HFEngine
+from mentor_fast.tasks.math import SYSTEM_PROMPT as MATH_SYSTEM_PROMPT
 from mentor_fast.types import Problem, Sample
 
 RECORD_FIELDS = {"id", "question", "gold", "level", "source", "n", "correct", "completions", "correct_flags",

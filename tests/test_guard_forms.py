@@ -5,9 +5,9 @@ an input or a plan still pass."""
 import pytest
 
 from mentor_fast.mentor import check_hint, leaks_answer
-from mentor_fast.mentor.guard import LEAK_GATES
-from mentor_fast.mentor.tasks.code_outputs import expected_outputs
-from mentor_fast.mentor.tasks.math_gates import normalize_gold
+from mentor_fast.mentor.guard import leak_gates
+from mentor_fast.tasks.code.outputs import expected_outputs
+from mentor_fast.tasks.math.gates import normalize_gold
 from mentor_fast.types import CodeTask
 
 FRAC, NEG, SURD, HALF_PI = "\\frac{3}{4}", "-7", "2\\sqrt{3}", "\\frac{\\pi}{2}"
@@ -311,7 +311,7 @@ def test_code_leaks_are_rejected_by_their_gate(task, hint, gate):
     code, question = TASKS[task]
     v = check_hint(hint, code.solution, task="code", code=code, question=question)
     assert not v.ok and v.gate == gate, f"{hint!r}: expected {gate}, got {v}"
-    assert gate in LEAK_GATES and leaks_answer(
+    assert gate in leak_gates() and leaks_answer(
         hint, code.solution, task="code", code=code, question=question
     )
 

@@ -14,14 +14,14 @@ from mentor_fast.mentor import (
     parse_json_object,
 )
 from mentor_fast.mentor.cases import choose_attempts, truncate_middle
-from mentor_fast.mentor.tasks import TASKS, TaskKind
 from mentor_fast.mentor.testing import ScriptedBackend, ladder_problem, make_group
 from mentor_fast.mentor.writers.base import Failed
 from mentor_fast.mentor.writers.prompts import diagnose_messages, fused_messages, instruct_messages, prompt
 from mentor_fast.mentor.writers.replies import parse_hint
+from mentor_fast.tasks import TASKS, TaskKind
 from mentor_fast.types import Problem
 
-MATH, CODE = TASKS[TaskKind.MATH], TASKS[TaskKind.CODE]
+MATH, CODE = TASKS[TaskKind.MATH].mentor(), TASKS[TaskKind.CODE].mentor()
 DIAG = {
     "failure_type": "arithmetic slip",
     "root_cause": "432 - 129 is done wrongly.",
@@ -79,12 +79,12 @@ def test_attempt_selection_covers_distinct_answers_and_truncates():
     assert (
         cut.startswith("H" * 100) and cut.endswith("T" * 100) and "M" not in cut and "2800 characters" in cut
     )
-    case = FailureCase.from_group(g, "math")
+    case = FailureCase.from_group(g)
     assert case.answers == {"1": 2, "2": 2, "<no answer>": 1}
 
 
 def test_prompts_are_filled_and_share_a_prefix():
-    case = FailureCase.from_group(make_group(ladder_problem(), ["47 + 385 = 431 \\boxed{302}"] * 3), "math")
+    case = FailureCase.from_group(make_group(ladder_problem(), ["47 + 385 = 431 \\boxed{302}"] * 3))
     d = Diagnosis("arithmetic_slip", "slip")
     msgs = [diagnose_messages(case), fused_messages(case), instruct_messages(case, d, 2, "it states 303")]
     for m in msgs:
@@ -107,7 +107,7 @@ def test_fused_call_gives_diagnosis_and_all_levels_in_one_call():
     )
     backend = ScriptedBackend(lambda m: reply)
     agents = LLMAgents(backend, fused=True)
-    case = FailureCase.from_group(make_group(ladder_problem(), ["\\boxed{302}"] * 2), "math")
+    case = FailureCase.from_group(make_group(ladder_problem(), ["\\boxed{302}"] * 2))
     [d] = agents.diagnose([case])
     assert d.failure_type == "arithmetic_slip" and len(backend.calls) == 1
     hints = agents.instruct([case, case], [d, d], [1, 3], [None, None])
@@ -130,7 +130,7 @@ def test_garbage_is_retried_once_then_failed():
     )
     agents = LLMAgents(backend, fused=False)
     cases = [
-        FailureCase.from_group(make_group(ladder_problem(f"q{i}"), ["\\boxed{1}"] * 2), "math")
+        FailureCase.from_group(make_group(ladder_problem(f"q{i}"), ["\\boxed{1}"] * 2))
         for i in range(3)
     ]
     out = agents.diagnose(cases)
@@ -152,7 +152,7 @@ def test_hint_parsing():
 
 
 def ladder_case(texts, finish="stop"):
-    return FailureCase.from_group(make_group(ladder_problem(), texts, finish=finish), "math")
+    return FailureCase.from_group(make_group(ladder_problem(), texts, finish=finish))
 
 
 def test_worked_solutions_end_to_end_on_a_ladder_problem():
@@ -186,7 +186,7 @@ def test_a_step_counts_as_reached_only_when_an_attempt_computed_its_result():
     ref = WorkedSolutions()
 
     def first_error(texts):
-        case = FailureCase.from_group(make_group(problem, texts), "math")
+        case = FailureCase.from_group(make_group(problem, texts))
         return ref.diagnose([case])[0].first_error
 
     assert first_error(["1\n1 # 39\n2\n1 + 39 = 40\n\\boxed{40}", "2 + 39 is 39 \\boxed{39}"]) == "step 1: 2 * 1"
@@ -228,12 +228,12 @@ def test_worked_solutions_reads_verifier_signals():
             "Natalia sold 48+24 = 72 clips altogether in April and May.",
         ),
     )
-    case = FailureCase.from_group(make_group(p, ["48*2 = 96, so \\boxed{144}"] * 2), "math")
+    case = FailureCase.from_group(make_group(p, ["48*2 = 96, so \\boxed{144}"] * 2))
     [d] = ref.diagnose([case])
     assert ref.hint(case, d, 3) == "Start with this step: 48 / 2 = 24. Then continue on your own."
     assert "72" not in ref.hint(case, d, 2)
     # no worked solution: stock metacognitive hints
-    bare = FailureCase.from_group(make_group(Problem("b", "q?", "7"), ["\\boxed{1}"] * 2), "math")
+    bare = FailureCase.from_group(make_group(Problem("b", "q?", "7"), ["\\boxed{1}"] * 2))
     [bd] = ref.diagnose([bare])
     assert "Re-read the question" in ref.hint(bare, bd, 1)
 
@@ -254,6 +254,6 @@ def test_worked_solutions_reads_verifier_signals():
     ],
 )
 def test_reference_steps_are_read_as_bare_computations(step, lhs):
-    from mentor_fast.mentor.writers.math_steps import parse_step
+    from mentor_fast.tasks.math.steps import parse_step
 
     assert parse_step(1, step).lhs == lhs

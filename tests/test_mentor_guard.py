@@ -3,7 +3,7 @@
 import pytest
 
 from mentor_fast.mentor import LeakGuard, check_hint, leaks_answer
-from mentor_fast.mentor.tasks.math_gates import normalize_gold, shared_ngram
+from mentor_fast.tasks.math.gates import normalize_gold, shared_ngram
 
 LEAKY = [
     ("42", "the answer is 42"),

@@ -154,14 +154,13 @@ def test_other_trl_versions_are_refused_by_name(trl, monkeypatch):
     ({"reroll": {"schedule": "during_update"}}, "schedule=during_update: inside TRL the re-rolls run within TRL's"),
     ({"reroll": {"schedule": "next_step_shared_rows"}}, "TRL's loop has no place for"),
     ({"reroll": {"horizon": 1.5}}, "inside TRL each round is a TRL generation call"),
-    (MentorConfig(task="code"), "inside TRL the mentor writes math hints only"),
     ({"trigger": {"max_groups_frac": 0.5}, "reroll": {"schedule": "during_update"}}, "which is the in_step schedule"),
 ])
 def test_settings_trl_cannot_carry_are_refused_with_the_plugins_reason(overrides, words):
-    """The plug-in's reasons, never the loader's (which speak of reward.kind and our engines)."""
+    """The plug-in's reasons, never the loader's (which speak of our task key and engines)."""
     with pytest.raises(ValueError, match=words) as refused:
         mentor_configs(overrides)
-    assert "reward.kind" not in str(refused.value) and "rollout.engine" not in str(refused.value)
+    assert "data.source" not in str(refused.value) and "rollout.engine" not in str(refused.value)
 
 
 def test_the_reroll_schedule_inside_trl_is_in_step():

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from mentor_fast.config import MATH_SYSTEM_PROMPT, RewardConfig, load_config
+from mentor_fast.config import RewardConfig, load_config
 from mentor_fast.data import PromptBuilder
 from mentor_fast.metrics import read_metrics
 from mentor_fast.models import load_tokenizer, resolve_model_path
 from mentor_fast.rewards import RewardScorer
+from mentor_fast.tasks.math import SYSTEM_PROMPT as MATH_SYSTEM_PROMPT
 from mentor_fast.trainer import Trainer
 from mentor_fast.types import Hint, Problem, Rollout
 

@@ -109,7 +109,7 @@ class GRPOTrainer:
 
     model: what model.path takes (a local HF folder, a built-in model name) or a PreTrainedModel.
     reward_funcs: TRL-style functions; the reward is their weighted sum (args' reward_weights), as
-        in TRL. The built-in verifier (reward.kind) still decides correctness, which MENTOR and the
+        in TRL. The built-in verifier (the task's) still decides correctness, which MENTOR and the
         acc metrics read; it adds verifier_weight x its 0/1 to the reward (default 0 when reward_funcs
         are given, 1 when not).
     train_dataset: a datasets.Dataset or IterableDataset (read once; finite), a list of dicts, or a

@@ -10,8 +10,8 @@ What the paper does, and what is done here:
   gradient is that of -A f(pi) (algo/weights.py: the `shaping` weighting). pi_old is recomputed
   under q for it, as for any sequence trained in a context it was not sampled in.
 - The expert is the problem's worked solution, tokenized as the policy would write it: the same
-  text the supervised warm-up teaches (sft.sft_target: the steps and the boxed answer, or the
-  reference program in one fenced block), then EOS. It is scored by the run's verifier like any
+  text the supervised warm-up teaches (its task's `worked_solution`, mentor_fast/tasks/: the steps
+  and the boxed answer, or the reference program in one fenced block), then EOS. It is scored by the run's verifier like any
   rollout, and only a passing one is inserted (luffy/expert_wrong counts the others); one longer
   than rollout.max_new_tokens is left out too (luffy/too_long).
 
@@ -41,7 +41,7 @@ from mentor_fast.metrics import Reduce, Reduction
 from mentor_fast.recovery.rerolls import Scorer
 from mentor_fast.recovery.rescue import treat
 from mentor_fast.recovery.scheduler import Scheduler, every_rank
-from mentor_fast.sft import sft_target
+from mentor_fast.tasks import task_of
 from mentor_fast.types import Group, Problem, Rollout
 
 # luffy/* are counts, summed over ranks, but for the scheduler's collapse event: its plan is global, so
@@ -66,11 +66,8 @@ class LuffyMethod:
     def expert(self, group: Group, policy_version: int) -> Rollout | None:
         """The worked solution as a completion of the group's prompt (unscored); None when the
         problem has none or it is too long to have been generated."""
-        if not group.problem.solution_steps and group.problem.code is None:
-            return None  # a bare answer is no solution
-        try:
-            text = sft_target(group.problem)
-        except ValueError:  # a code problem without a reference program
+        text = task_of(group.problem).worked_solution(group.problem)
+        if text is None:
             return None
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         if len(ids) > self.max_tokens:

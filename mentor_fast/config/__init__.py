@@ -3,8 +3,6 @@ come last (`loader`). Unknown keys and wrong types fail before anything runs."""
 
 from mentor_fast.config.loader import load_config, resolve, save_config, to_dict, validate
 from mentor_fast.config.schema import (
-    CODE_SYSTEM_PROMPT,
-    MATH_SYSTEM_PROMPT,
     AdvantageConfig,
     AgentsConfig,
     CodeRewardConfig,
@@ -26,7 +24,7 @@ from mentor_fast.config.schema import (
 )
 
 __all__ = [
-    "CODE_SYSTEM_PROMPT", "MATH_SYSTEM_PROMPT", "AdvantageConfig", "AgentsConfig", "CodeRewardConfig", "ConfigError", "DataConfig", "DistConfig", "LossConfig", "MentorConfig",
+    "AdvantageConfig", "AgentsConfig", "CodeRewardConfig", "ConfigError", "DataConfig", "DistConfig", "LossConfig", "MentorConfig",
     "MentorLossConfig", "ModelConfig", "OptimConfig", "RecoveryConfig", "RerollConfig", "RewardConfig", "RolloutConfig", "RunConfig",
     "TrainerConfig", "TriggerConfig", "load_config", "resolve", "save_config", "to_dict",
     "validate",

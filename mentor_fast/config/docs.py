@@ -80,6 +80,14 @@ def _sections(cls: type, prefix: str):
             yield from _sections(hints[f.name], f"{prefix}.{f.name}" if prefix else f.name)
 
 
+def _star(key: str) -> str:
+    """".*" after a section's name (every key under it), nothing after a key's."""
+    section = schema.RunConfig()
+    for name in key.split("."):
+        section = getattr(section, name)
+    return ".*" if dataclasses.is_dataclass(section) else ""
+
+
 def render() -> str:
     out = [HEADER]
     for name, cls in _sections(schema.RunConfig, ""):
@@ -96,11 +104,11 @@ def render() -> str:
             out.append(" ".join(inspect.cleandoc(cls.__doc__).split()) + "\n")
         out.append("| key | type | default | meaning |\n|---|---|---|---|")
         out.extend(rows)
-    out.append("\n## Sections read at a new place\n")
-    out.append("A config may still spell these sections the old way (each key of one source, one way: "
-               "both spellings of one key in one file or command line is an error).\n")
-    out.append("| old section | read as |\n|---|---|")
-    out.extend(f"| `{k}.*` | `{v}.*` |" for k, v in ALIASES.items())
+    out.append("\n## Keys and sections read at a new place\n")
+    out.append("A config may still spell these keys and sections the old way (each key of one source, one "
+               "way: both spellings of one key in one file or command line is an error).\n")
+    out.append("| old key or section | read as |\n|---|---|")
+    out.extend(f"| `{k}{_star(v)}` | `{v}{_star(v)}` |" for k, v in ALIASES.items())
     out.append("\n## Keys of earlier versions\n")
     out.append("A config that still uses one of these stops with a message naming its replacement "
                "(CHANGELOG.md).\n")

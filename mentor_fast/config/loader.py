@@ -18,14 +18,9 @@ import yaml
 
 from mentor_fast.config.baselines import MethodKind
 from mentor_fast.config.recovery import RerollSchedule
-from mentor_fast.config.schema import (
-    CODE_SYSTEM_PROMPT,
-    GROUPS_PER_STEP,
-    MATH_SYSTEM_PROMPT,
-    ConfigError,
-    RunConfig,
-)
+from mentor_fast.config.schema import GROUPS_PER_STEP, ConfigError, RunConfig
 from mentor_fast.kernels.settings import field_range, range_error
+from mentor_fast.tasks import TASKS, TaskKind, task_reading
 
 # recovery.reroll.schedule values whose first round rides in the next step's generate call
 _RIDING = (RerollSchedule.NEXT_STEP_EXTRA_ROWS, RerollSchedule.NEXT_STEP_SHARED_ROWS)
@@ -54,10 +49,12 @@ _VALUE_HINTS = {
     "loss.type": ("; TRL's loss types grpo, dapo, bnpo and dr_grpo are loss.type=clip with loss.aggregation="
                   "seq_mean_token_mean, token_mean, token_mean_micro and constant"),
 }
-# Sections that moved, read at their new place: a config may spell either, not both for one key.
+# Keys and sections that moved, read at their new place: a config may spell either, not both for one key.
 ALIASES = {
     "mentor.trigger": "recovery.trigger",
     "mentor.reroll": "recovery.reroll",
+    "reward.kind": "task",
+    "mentor.task": "task",
 }
 REMOVED = {
     "mentor.merge_rerolls": "the first async re-roll round always rides in the next step's generate call",
@@ -188,9 +185,7 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str = "", root: Any = Non
     for key, value in overrides.items():
         full = f"{where}.{key}" if where else str(key)
         if full in ALIASES:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{full}: expected a mapping of sub-keys, got {value!r}")
-            _apply(_section(root, ALIASES[full]), value, full, root)
+            _apply_alias(root, full, value)
             continue
         if key not in names:
             raise _unknown(full, names, where)
@@ -202,6 +197,18 @@ def _apply(obj: Any, overrides: dict[str, Any], where: str = "", root: Any = Non
             _apply(current, value, full, root)
         else:
             setattr(obj, name, _coerce(value, hints[name], full))
+
+
+def _apply_alias(root: Any, old: str, value: Any) -> None:
+    """Set the key or section `old` names at its new place."""
+    parent, _, name = ALIASES[old].rpartition(".")
+    section = _section(root, parent) if parent else root
+    if dataclasses.is_dataclass(getattr(section, name)):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{old}: expected a mapping of sub-keys, got {value!r}")
+        _apply(getattr(section, name), value, old, root)
+    else:
+        setattr(section, name, _coerce(value, _hints(type(section))[name], old))
 
 
 def _parse_cli_value(text: str) -> Any:
@@ -261,21 +268,17 @@ def load_config(files: list[str | Path] = (), overrides: list[str] = (),
 
 
 def resolve(cfg: RunConfig) -> None:
-    """Fill the keys whose default follows another key: the system prompt and the mentor's task
-    follow reward.kind."""
+    """Fill the keys whose default follows another key: the task follows the data, the system
+    prompt the task."""
+    if cfg.task == "auto":
+        cfg.task = task_reading(cfg.data).kind
     if cfg.data.system_prompt is None:
-        cfg.data.system_prompt = CODE_SYSTEM_PROMPT if cfg.reward.kind == "code" else MATH_SYSTEM_PROMPT
-    if cfg.mentor.task == "auto":
-        cfg.mentor.task = cfg.reward.kind
+        cfg.data.system_prompt = TASKS[TaskKind(cfg.task)].system_prompt
     if cfg.method == MethodKind.AUTO:
         cfg.method = MethodKind.MENTOR if cfg.mentor.enable else MethodKind.GRPO
     elif cfg.mentor.enable and cfg.method != MethodKind.MENTOR:
         raise ConfigError(f"mentor.enable=true and method={cfg.method}: mentor.enable is method=mentor; set one")
     cfg.mentor.enable = cfg.method == MethodKind.MENTOR
-
-
-def _code_data(cfg: RunConfig) -> bool:
-    return cfg.data.source in ("code_ladder", "humaneval") or (cfg.data.source == "jsonl" and cfg.data.format == "code")
 
 
 def validate(cfg: RunConfig) -> None:
@@ -314,13 +317,9 @@ def validate(cfg: RunConfig) -> None:
          or (cfg.rollout.dynamic_sampling_rounds + 1) * cfg.rollout.prompts_per_step <= GROUPS_PER_STEP,
          (f"rollout.dynamic_sampling draws up to (dynamic_sampling_rounds + 1) * prompts_per_step prompts "
           f"a step, at most {GROUPS_PER_STEP}")),
-        (not _code_data(cfg) or cfg.reward.kind == "code",
-         f"data.source={cfg.data.source} (format {cfg.data.format}) holds code problems: set reward.kind=code"),
-        (_code_data(cfg) or cfg.reward.kind != "code",
-         (f"reward.kind=code needs code problems: data.source=code_ladder or humaneval, or data.format=code "
-          f"(got data.source={cfg.data.source}, format {cfg.data.format})")),
-        (cfg.mentor.task == cfg.reward.kind,
-         f"mentor.task={cfg.mentor.task} but reward.kind={cfg.reward.kind}; leave mentor.task at auto"),
+        (TASKS[TaskKind(cfg.task)].reads(cfg.data),
+         (f"task={cfg.task} needs {TASKS[TaskKind(cfg.task)].data_help} (got data.source={cfg.data.source}, "
+          f"format {cfg.data.format}); leave task at auto to follow the data")),
         (cfg.model.lora.rank == 0 or cfg.rollout.vllm_sleep_level != 2,
          ("rollout.vllm_sleep_level=2 drops vLLM's base weights, which a LoRA sync does not resend; "
           "use rollout.vllm_sleep_level=1 with model.lora")),

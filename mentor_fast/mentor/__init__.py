@@ -8,18 +8,19 @@ Build from the config: `Mentor.from_config(cfg.mentor, builder, engine=..., toke
 
 The package by concern: orchestration here (method.py, pipeline.py), what the mentor reads and
 returns (cases.py, diagnosis.py), the leak guard (guard.py), the writers (writers/, built by
-backends.py), and one registry entry per task (tasks/). Scheduling, re-roll rounds and the assembly
-of rescued groups are any method's (mentor_fast/recovery/).
+backends.py), and what it asks of a task (task.py; each task's folder of mentor_fast/tasks/ holds
+its part). Scheduling, re-roll rounds and the assembly of rescued groups are any method's
+(mentor_fast/recovery/).
 """
 
 from mentor_fast.mentor.backends import BACKENDS, BackendKind, as_agents, build_backend
 from mentor_fast.mentor.cases import FailureCase
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis
-from mentor_fast.mentor.guard import LEAK_GATES, GuardVerdict, LeakGuard, check_hint, leaks_answer
+from mentor_fast.mentor.guard import GuardVerdict, LeakGuard, check_hint, leak_gates, leaks_answer
 from mentor_fast.mentor.method import SCHEDULES, MentorMethod
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
-from mentor_fast.mentor.tasks import TASKS, Task, TaskKind, task_for
+from mentor_fast.mentor.task import MentorTask
 from mentor_fast.mentor.writers.base import Agents, Failed, MentorBackend
 from mentor_fast.mentor.writers.llm import LLMAgents
 from mentor_fast.mentor.writers.local import LocalBackend, SelfBackend
@@ -29,9 +30,7 @@ from mentor_fast.mentor.writers.solutions import WorkedSolutions, cold_hint
 
 __all__ = [
     "BACKENDS",
-    "LEAK_GATES",
     "SCHEDULES",
-    "TASKS",
     "Agents",
     "BackendKind",
     "Counts",
@@ -47,16 +46,15 @@ __all__ = [
     "MentorBackend",
     "MentorMethod",
     "MentorOutcome",
+    "MentorTask",
     "OpenAIBackend",
     "SelfBackend",
-    "Task",
-    "TaskKind",
     "WorkedSolutions",
     "as_agents",
     "build_backend",
     "check_hint",
     "cold_hint",
+    "leak_gates",
     "leaks_answer",
     "parse_json_object",
-    "task_for",
 ]

@@ -1,17 +1,18 @@
-"""What the mentor looks at: a `FailureCase`, one all-fail group with its task (mentor/tasks/), the
+"""What the mentor looks at: a `FailureCase`, one all-fail group with its task (mentor_fast/tasks/), the
 failed attempts chosen to show, and how every attempt of the group ended."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mentor_fast.mentor.tasks import TASKS, Task, TaskKind, task_for
+from mentor_fast.mentor.task import MentorTask
+from mentor_fast.tasks import TASKS, TaskKind, task_of
 from mentor_fast.types import Group, Problem, Rollout
 
 NO_ANSWER = ("<no answer>", "<truncated>", "<no code>")  # attempt keys of attempts with no answer at all
 
 
-def choose_attempts(rollouts: list[Rollout], task: Task, k: int = 3) -> list[Rollout]:
+def choose_attempts(rollouts: list[Rollout], task: MentorTask, k: int = 3) -> list[Rollout]:
     """Up to k failed attempts covering distinct final answers (at least 2 when there are 2)."""
     failed = [r for r in rollouts if not r.correct]
     chosen, seen = [], set()
@@ -43,17 +44,15 @@ class FailureCase:
     attempts: list[Rollout]  # the chosen failed attempts
     group_size: int
     answers: dict[str, int]  # attempt key -> how many of the group's attempts ended there
-    kind: TaskKind  # the task (`task`)
+    kind: TaskKind  # the problem's task
     previous_hints: list[str] = field(default_factory=list)  # earlier hints for this problem
     hint_cache: dict[int, str] = field(default_factory=dict)  # fused call: level -> hint
     kinds: dict[str, int] = field(default_factory=dict)  # code: failure label -> failed attempts of the group
 
     @classmethod
-    def from_group(
-        cls, group: Group, task: TaskKind | str, k: int = 3, previous_hints: list[str] | None = None
-    ) -> FailureCase:
-        """`task`: the run's (mentor.task); a problem with a CodeTask is code whatever it says."""
-        spec = task_for(task, group.problem.code)
+    def from_group(cls, group: Group, k: int = 3, previous_hints: list[str] | None = None) -> FailureCase:
+        kind = task_of(group.problem).kind
+        spec = TASKS[kind].mentor()
         answers: dict[str, int] = {}
         kinds: dict[str, int] = {}
         for r in group.rollouts:
@@ -63,11 +62,11 @@ class FailureCase:
                 label = spec.failure_of(r)
                 kinds[label] = kinds.get(label, 0) + 1
         return cls(group.problem, choose_attempts(group.rollouts, spec, k), len(group.rollouts), answers,
-                   spec.kind, list(previous_hints or []), kinds=kinds)
+                   kind, list(previous_hints or []), kinds=kinds)
 
     @property
-    def task(self) -> Task:
-        return TASKS[self.kind]
+    def task(self) -> MentorTask:
+        return TASKS[self.kind].mentor()
 
     @property
     def all_truncated(self) -> bool:

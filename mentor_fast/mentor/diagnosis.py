@@ -1,5 +1,5 @@
 """What the diagnoser returns: a `Diagnosis`, its failure type a label of the task's closed taxonomy
-(mentor/tasks/: each task lists its own labels and the aliases a model tends to write)."""
+(each task's mentor.py, mentor_fast/tasks/: lists its own labels and the aliases a model tends to write)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mentor_fast.mentor.tasks.base import Task
+    from mentor_fast.mentor.task import MentorTask
 
 # aliases of the labels both taxonomies have (format, truncation); each task adds its own
 SHARED_ALIASES = {
@@ -42,7 +42,7 @@ class Diagnosis:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, obj: Any, task: Task) -> Diagnosis | None:
+    def from_json(cls, obj: Any, task: MentorTask) -> Diagnosis | None:
         """A diagnosis from a parsed JSON object, or None when it has no failure_type."""
         if not isinstance(obj, dict) or not obj.get("failure_type"):
             return None

@@ -2,9 +2,9 @@
 
 Deterministic gates run first, cheapest first; an optional LLM judge runs last:
 - `empty`, and `boxed`: any `\\boxed` (the learner's answer format) is a reject.
-- the task's own gates (mentor/tasks/): math's keep the gold answer in any form, the worked
-  solution's last result and its closing words out of a hint (tasks/math_gates.py); code's keep
-  code, the reference program and the hidden tests' expected outputs out (tasks/code_gates.py).
+- the task's own gates (mentor_fast/tasks/): math's keep the gold answer in any form, the worked
+  solution's last result and its closing words out of a hint (tasks/math/gates.py); code's keep
+  code, the reference program and the hidden tests' expected outputs out (tasks/code/gates.py).
 - `too_long`: more words than the level's cap (only when a level is given).
 - `judge`: an optional callable `judge(hint, gold) -> bool` (True = leaks).
 """
@@ -13,13 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.levels import MAX_WORDS
-from mentor_fast.mentor.tasks import TASKS, TaskKind, task_for
+from mentor_fast.tasks import TASKS, TaskKind, task_for
 from mentor_fast.types import CodeTask
 
-LEAK_GATES = ("boxed", *(gate for task in TASKS.values() for gate in task.gates), "judge")
+
+@cache
+def leak_gates() -> tuple[str, ...]:
+    """The gates that reject a hint for giving the answer away (every task's, and the judge)."""
+    return ("boxed", *(gate for task in TASKS.values() for gate in task.mentor().gates), "judge")
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class LeakGuard:
             return GuardVerdict(False, "empty", "the hint is empty")
         if "\\boxed" in hint:
             return GuardVerdict(False, "boxed", "the hint contains \\boxed")
-        leak = task_for(task, code).leak(hint, gold, steps, code, question)
+        leak = task_for(task, code).mentor().leak(hint, gold, steps, code, question)
         if leak:
             return GuardVerdict(False, *leak)
         if level is not None and len(hint.split()) > self.max_words.get(level, 10**9):
@@ -108,4 +113,4 @@ def leaks_answer(
 ) -> bool:
     """True when the hint gives the answer away (any leak gate rejects it)."""
     verdict = check_hint(hint, gold, reference_steps, task, code=code, question=question)
-    return not verdict.ok and verdict.gate in LEAK_GATES
+    return not verdict.ok and verdict.gate in leak_gates()

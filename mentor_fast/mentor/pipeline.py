@@ -20,7 +20,6 @@ from mentor_fast.mentor.cases import FailureCase
 from mentor_fast.mentor.diagnosis import Diagnosis
 from mentor_fast.mentor.guard import LeakGuard
 from mentor_fast.mentor.report import dump_row, step_metrics
-from mentor_fast.mentor.tasks import TaskKind
 from mentor_fast.mentor.writers.base import Agents, Failed, MentorBackend
 from mentor_fast.mentor.writers.blind import BlindAgents
 from mentor_fast.mentor.writers.solutions import WorkedSolutions
@@ -84,7 +83,7 @@ def _tokenizer_decode(builder: Any) -> Callable[[list[int]], str]:
 class Mentor:
     """MENTOR wired together: scheduler, agents (backend), leak guard, re-rolls, assembly.
 
-    cfg: a resolved MentorConfig (its task math or code). budget: the run's recovery section (which
+    cfg: the mentor section (each problem's task is its own: mentor_fast/tasks/). budget: the run's recovery section (which
     groups a step, budget.trigger; how it re-rolls them, budget.reroll). backend: a text backend
     (self/local/openai, wrapped in LLMAgents), `WorkedSolutions`, or ready agents (blind to the
     attempts with cfg.agents.blind). scheduler: default, one of budget.trigger. builder:
@@ -106,7 +105,7 @@ class Mentor:
         seed: int = 0,
     ) -> None:
         a = cfg.agents
-        self.cfg, self.budget, self.builder, self.seed, self.task = cfg, budget, builder, seed, TaskKind(cfg.task)
+        self.cfg, self.budget, self.builder, self.seed = cfg, budget, builder, seed
         self.backend = backend
         self.agents = as_agents(
             backend, fused=a.fused_call, temperature=a.temperature, attempt_chars=a.attempt_chars,
@@ -141,7 +140,7 @@ class Mentor:
         k = self.cfg.agents.attempts
         ivs = [
             Intervention(g, step, level, FailureCase.from_group(
-                g, self.task, k, self.scheduler.previous_hints(g.problem.id)))
+                g, k, self.scheduler.previous_hints(g.problem.id)))
             for g, level in plan.selected
         ]
         if ivs:

@@ -8,16 +8,15 @@ Importing this package does not import math-verify or sympy (workers do, on firs
 from mentor_fast.answers import last_boxed
 from mentor_fast.rewards.math import is_correct, verify
 from mentor_fast.rewards.pool import MathVerifierPool, VerifierPoolError
-from mentor_fast.rewards.registry import VERIFIERS, RewardKind, RewardScorer, load_reward_function
+from mentor_fast.rewards.registry import RewardScorer, Verifier, load_reward_function
 from mentor_fast.rewards.verdict import Status, Verdict
 
 __all__ = [
-    "VERIFIERS",
     "MathVerifierPool",
-    "RewardKind",
     "RewardScorer",
     "Status",
     "Verdict",
+    "Verifier",
     "VerifierPoolError",
     "is_correct",
     "last_boxed",

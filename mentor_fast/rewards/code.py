@@ -167,7 +167,7 @@ class CodeVerifier:
         if self.isolation is Isolation.NAMESPACES:
             found, prefix, why = detect()
             if found is Isolation.NONE:
-                raise SandboxError(f"reward.kind=code: no namespace isolation on this machine ({why}); install "
+                raise SandboxError(f"task=code: no namespace isolation on this machine ({why}); install "
                                    "util-linux's unshare, allow user namespaces, or set reward.code.sandbox=none "
                                    "to run the model's programs unisolated")
             self._how = f"`{' '.join(os.path.basename(a) if i == 0 else a for i, a in enumerate(prefix))}` ({why})"
@@ -186,7 +186,7 @@ class CodeVerifier:
         codes, jobs, where = [], [], []
         for i, (text, p) in enumerate(zip(completions, problems, strict=True)):
             if p.code is None:
-                raise ValueError(f"problem {p.id!r} ({p.source}) has no code task; reward.kind=code needs code data")
+                raise ValueError(f"problem {p.id!r} ({p.source}) has no code task; task=code needs code data")
             code = extract_code(text)
             program = program_from_code(code, p.code) if code is not None else None
             codes.append(code)

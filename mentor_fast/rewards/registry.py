@@ -1,4 +1,5 @@
-"""Reward kinds, TRL-style custom reward functions, and the scorer that fills in Rollouts.
+"""The built-in verifier's protocol, TRL-style custom reward functions, and the scorer that fills in
+Rollouts (each task builds its verifier: mentor_fast/tasks/<task>/).
 
 reward = w_0 * c + sum_k w_k * f_k, with c in {0, 1} the built-in verifier's flag and f_k the custom
 functions' values (None: "not applicable", contributes 0). `Rollout.correct` is c alone, never
@@ -25,19 +26,14 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from mentor_fast.compat import Self, StrEnum
+from mentor_fast.compat import Self
 from mentor_fast.config import RewardConfig
 from mentor_fast.rewards.code import CodeVerifier
-from mentor_fast.rewards.pool import MathVerifierPool
 from mentor_fast.rewards.verdict import Status, Verdict
+from mentor_fast.tasks import TASKS, TaskKind
 from mentor_fast.types import Problem, Rollout
 
 log = logging.getLogger(__name__)
-
-
-class RewardKind(StrEnum):
-    MATH = "math"
-    CODE = "code"
 
 
 class Verifier(Protocol):
@@ -55,19 +51,6 @@ class Verifier(Protocol):
 
     def close(self) -> None: ...
 
-
-def _math_verifier(cfg: RewardConfig) -> Verifier:
-    return MathVerifierPool(workers=cfg.workers, timeout_s=cfg.timeout_s)
-
-
-def _code_verifier(cfg: RewardConfig) -> Verifier:
-    return CodeVerifier(cfg.code)
-
-
-VERIFIERS: dict[RewardKind, Callable[[RewardConfig], Verifier]] = {
-    RewardKind.MATH: _math_verifier,
-    RewardKind.CODE: _code_verifier,
-}
 
 RewardFn = Callable[..., list]
 Messages = list[dict[str, str]]
@@ -188,11 +171,13 @@ class RewardScorer:
     """Scores rollouts in place: `reward`, `correct`, `verifier_note`; returns per-batch metrics."""
 
     def __init__(self, cfg: RewardConfig, verifier: Verifier | None = None,
-                 messages: Callable[[Problem, str | None], Messages] | None = None, max_new_tokens: int = 0):
-        """verifier: share an already built checker (not closed by `close`); default: from the registry.
+                 messages: Callable[[Problem, str | None], Messages] | None = None, max_new_tokens: int = 0,
+                 task: TaskKind | str = TaskKind.MATH):
+        """verifier: share an already built checker (not closed by `close`); default: the task's.
         messages(problem, hint) -> the chat messages of its prompt (data.PromptBuilder.chat), for
         the conversational form; without it the functions get the string form. max_new_tokens: the
-        completion limit the soft overlong penalty counts back from (reward.overlong_cache)."""
+        completion limit the soft overlong penalty counts back from (reward.overlong_cache). task:
+        the run's (mentor_fast/tasks/): its verifier is the default, its name the metrics'."""
         if cfg.overlong_cache and not 0 < cfg.overlong_cache <= max_new_tokens:
             raise ValueError(f"reward.overlong_cache={cfg.overlong_cache} needs 0 < overlong_cache <= "
                              f"rollout.max_new_tokens (got {max_new_tokens})")
@@ -202,15 +187,15 @@ class RewardScorer:
             raise ValueError(
                 f"reward.weights has {len(cfg.weights)} entries; need {n_parts} (built-in + one per function)"
             )
-        self.kind = RewardKind(cfg.kind)
         self.weights = [float(w) for w in cfg.weights] or [1.0] * n_parts
         self.functions = [load_reward_function(s) for s in cfg.functions]
         self.names = _names(cfg.functions)
         self._own_verifier = verifier is None
-        self.verifier = verifier if verifier is not None else VERIFIERS[self.kind](cfg)
+        self.kind = TaskKind(task)  # names the built-in reward's metrics
+        self.verifier = verifier if verifier is not None else TASKS[self.kind].verifier(cfg)
         self.errors: collections.Counter[str] = collections.Counter()  # cumulative, by metric key
         self.messages = messages if cfg.functions_format == "conversational" else None
-        self.unisolated = self.kind is RewardKind.CODE and cfg.code.sandbox == "none"
+        self.unisolated = isinstance(self.verifier, CodeVerifier) and cfg.code.sandbox == "none"
         self.last_error: dict[str, str] = {}  # function name -> last failure, for debugging
 
     def score(self, rollouts: list[Rollout]) -> dict[str, float]:

@@ -1,6 +1,7 @@
-"""The LLM agents' chat messages, from the templates in mentor/prompts/. Each task has its own
-templates (its registry entry's prefix: code problems get code_*.txt, with the signature, the
-sandbox results of the attempts and the first failing test beside the values every template has).
+"""The LLM agents' chat messages, from templates: the shared ones in mentor/prompts/ (the system
+text, the retry and rejection notes) and each task's own in its folder's prompts/ (diagnose, fused,
+instruct, levels: code's hold the signature, the sandbox results of the attempts and the first
+failing test beside the values every template has).
 """
 
 from __future__ import annotations
@@ -17,30 +18,28 @@ from mentor_fast.mentor.writers.base import Messages
 
 if TYPE_CHECKING:
     from mentor_fast.mentor.cases import FailureCase
-    from mentor_fast.mentor.tasks.base import Task
+    from mentor_fast.mentor.task import MentorTask
 
 
 @cache
-def prompt(name: str) -> str:
-    """A template from mentor_fast/mentor/prompts/<name>.txt."""
-    return (
-        resources.files("mentor_fast.mentor").joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8")
-    )
+def prompt(name: str, package: str = "mentor_fast.mentor") -> str:
+    """A template from the package's prompts/<name>.txt (a task's: MentorTask.templates)."""
+    return resources.files(package).joinpath("prompts", f"{name}.txt").read_text(encoding="utf-8")
 
 
-def level_definitions(task: Task) -> dict[int, str]:
+def level_definitions(task: MentorTask) -> dict[int, str]:
     """The task's hint levels, as its templates define them."""
     return _levels(task.templates)
 
 
 @cache
-def _levels(prefix: str) -> dict[int, str]:
-    lines = [ln.split(":", 1) for ln in prompt(prefix + "levels").splitlines() if ln.strip()]
+def _levels(package: str) -> dict[int, str]:
+    lines = [ln.split(":", 1) for ln in prompt("levels", package).splitlines() if ln.strip()]
     return {int(k): v.strip() for k, v in lines}
 
 
 def _template(case: FailureCase, name: str) -> Template:
-    return Template(prompt(case.task.templates + name))
+    return Template(prompt(name, case.task.templates))
 
 
 def _values(case: FailureCase, head: int, tail: int) -> dict[str, Any]:

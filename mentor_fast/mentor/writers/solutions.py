@@ -1,15 +1,15 @@
 """The deterministic writer (mentor.agents.backend=worked_solutions): no LLM. Each task's registry
 entry writes its diagnosis and hints from the verifier's signals and the data's worked solution
-(math: writers/math_steps.py; code: the sandbox results and the reference's steps in words,
-writers/code_steps.py). Its hints pass the leak guard like any other."""
+(math: tasks/math/steps.py; code: the sandbox results and the reference's steps in words,
+tasks/code/steps.py). Its hints pass the leak guard like any other."""
 
 from __future__ import annotations
 
 from mentor_fast.mentor.cases import FailureCase
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis
-from mentor_fast.mentor.tasks import TaskKind, task_for
 from mentor_fast.mentor.writers.base import Failed
+from mentor_fast.tasks import task_of
 from mentor_fast.types import Problem
 
 
@@ -42,6 +42,6 @@ def cold_hint(problem: Problem, level: int) -> str:
     """The worked-solutions writer's level-`level` hint for `problem` before any attempt was seen
     (what it writes blind, mentor/writers/blind.py): the first solution step is the one pointed at.
     Used to teach hint-following and to measure how much a level helps."""
-    task = task_for(TaskKind.MATH, problem.code)
-    case = FailureCase(problem=problem, attempts=[], group_size=1, answers={}, kind=task.kind)
-    return task.hint(case, task.diagnose(case), level)
+    kind = task_of(problem).kind
+    case = FailureCase(problem=problem, attempts=[], group_size=1, answers={}, kind=kind)
+    return case.task.hint(case, case.task.diagnose(case), level)

@@ -11,7 +11,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from mentor_fast.mentor.numbers import find_numbers, normalize_math_text, outermost
+from mentor_fast.tasks.numbers import find_numbers, normalize_math_text, outermost
 
 _STATES_OUTPUT = re.compile(
     r"(?:\b(?:returns?|returning|returned|outputs?|prints?|printing|printed|gives?|giving|yields?|"

@@ -1,8 +1,8 @@
-"""Code problems: a program checked by hidden tests in the sandbox (`Problem.code`, a CodeTask).
+"""The mentor's part of the code task: its failure taxonomy and what its prompts hold.
 
-The mentor reads each attempt through its sandbox result (tasks/code_attempts.py), its diagnosis
-and prompts through the analysis of the group (tasks/code_analysis.py); the leak gates keep code,
-the reference program and the hidden tests' expected outputs out of a hint (tasks/code_gates.py).
+The mentor reads each attempt through its sandbox result (attempts.py), its diagnosis and prompts
+through the analysis of the group (analysis.py); the leak gates keep code, the reference program and
+the hidden tests' expected outputs out of a hint (gates.py).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mentor_fast.mentor.diagnosis import SHARED_ALIASES
-from mentor_fast.mentor.tasks.base import Task, TaskKind
-from mentor_fast.mentor.tasks.code_analysis import analyse
-from mentor_fast.mentor.tasks.code_attempts import code_failure, code_key, render_sandbox
-from mentor_fast.mentor.tasks.code_gates import CODE_GATES, code_leak
-from mentor_fast.mentor.writers import code_steps
+from mentor_fast.mentor.task import MentorTask
+from mentor_fast.tasks.code import steps
+from mentor_fast.tasks.code.analysis import analyse
+from mentor_fast.tasks.code.attempts import code_failure, code_key, render_sandbox
+from mentor_fast.tasks.code.gates import CODE_GATES, code_leak
 from mentor_fast.types import Rollout
 
 if TYPE_CHECKING:
@@ -85,8 +85,7 @@ def prompt_values(case: FailureCase) -> dict[str, Any]:
     }
 
 
-CODE = Task(
-    kind=TaskKind.CODE,
+MENTOR = MentorTask(
     failures=CODE_FAILURES,
     aliases=ALIASES,
     attempt_key=code_key,
@@ -94,8 +93,8 @@ CODE = Task(
     attempt_detail=_sandbox,
     gates=CODE_GATES,
     leak=code_leak,
-    diagnose=code_steps.diagnose,
-    hint=code_steps.hint,
-    templates="code_",
+    diagnose=steps.diagnose,
+    hint=steps.hint,
+    templates="mentor_fast.tasks.code",
     prompt_values=prompt_values,
 )

@@ -34,8 +34,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from mentor_fast.mentor.tasks.code_attempts import IMPORTABLE
-from mentor_fast.mentor.tasks.code_outputs import (
+from mentor_fast.tasks.code.attempts import IMPORTABLE
+from mentor_fast.tasks.code.outputs import (
     MISSING,
     compact,
     expected_outputs,

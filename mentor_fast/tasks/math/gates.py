@@ -1,7 +1,7 @@
 """The math leak gates: does a hint state the final answer? Run by the leak guard (mentor/guard.py)
 for math tasks, after its shared gates (an empty hint, `\\boxed`).
 
-- `gold`: the gold answer in any normalised form (mentor/numbers/: fraction <-> decimal <-> percent,
+- `gold`: the gold answer in any normalised form (tasks/numbers/: fraction <-> decimal <-> percent,
   thousands separators, LaTeX \\frac/\\dfrac/\\tfrac, $...$, \\text{}, number words and spoken
   fractions ("three quarters", "3 over 4", "one and a half", "1 1/2", "½"), negatives ("minus
   seven", "negative 7", "−7", "7 below zero"), "one point five", 2.5e3, repeating decimals, rounded
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from mentor_fast.answers import unwrap_boxed
-from mentor_fast.mentor.numbers import (
+from mentor_fast.tasks.numbers import (
     Mention,
     Term,
     find_numbers,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from mentor_fast.mentor.numbers.numerals import Mention, Term, normalize_math_text, plain_mentions
-from mentor_fast.mentor.numbers.spoken import negations, spoken_mentions
-from mentor_fast.mentor.numbers.terms import find_terms, term_value
+from mentor_fast.tasks.numbers.numerals import Mention, Term, normalize_math_text, plain_mentions
+from mentor_fast.tasks.numbers.spoken import negations, spoken_mentions
+from mentor_fast.tasks.numbers.terms import find_terms, term_value
 
 __all__ = [
     "Mention",

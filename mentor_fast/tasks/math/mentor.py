@@ -1,4 +1,4 @@
-"""Math problems: a boxed final answer checked against the gold answer."""
+"""The mentor's part of the math task: its failure taxonomy, and an attempt told by its boxed answer."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from mentor_fast.answers import last_boxed
 from mentor_fast.mentor.diagnosis import SHARED_ALIASES
-from mentor_fast.mentor.numbers import normalize_math_text
-from mentor_fast.mentor.tasks.base import Task, TaskKind
-from mentor_fast.mentor.tasks.math_gates import MATH_GATES, math_leak
-from mentor_fast.mentor.writers import math_steps
+from mentor_fast.mentor.task import MentorTask
+from mentor_fast.tasks.math import steps
+from mentor_fast.tasks.math.gates import MATH_GATES, math_leak
+from mentor_fast.tasks.numbers import normalize_math_text
 from mentor_fast.types import Rollout
 
 if TYPE_CHECKING:
@@ -62,8 +62,7 @@ def _no_values(case: FailureCase) -> dict[str, Any]:
     return {}
 
 
-MATH = Task(
-    kind=TaskKind.MATH,
+MENTOR = MentorTask(
     failures=MATH_FAILURES,
     aliases=ALIASES,
     attempt_key=answer_key,
@@ -71,8 +70,8 @@ MATH = Task(
     attempt_detail=_no_detail,
     gates=MATH_GATES,
     leak=math_leak,
-    diagnose=math_steps.diagnose,
-    hint=math_steps.hint,
-    templates="",
+    diagnose=steps.diagnose,
+    hint=steps.hint,
+    templates="mentor_fast.tasks.math",
     prompt_values=_no_values,
 )

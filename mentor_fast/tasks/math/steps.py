@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from mentor_fast.mentor.diagnosis import Diagnosis
-from mentor_fast.mentor.numbers import find_numbers, normalize_math_text, result_after_equals
+from mentor_fast.tasks.numbers import find_numbers, normalize_math_text, result_after_equals
 
 if TYPE_CHECKING:
     from mentor_fast.mentor.cases import FailureCase

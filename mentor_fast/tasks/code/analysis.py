@@ -4,7 +4,7 @@ the reference solution's steps in words (`Problem.solution_steps`, one regex per
 (code that does not compile hides every later mistake); the first failing test of an attempt with
 that label, parsed as data (`assert f(x) == y` -> call `f(x)`, expected `y`); the kind of input
 it fails on ("an empty list"); and the first reference step whose marker matches none of the
-attempts' code: the step they lack. The code writer (writers/code_steps.py) and the LLM prompts
+attempts' code: the step they lack. The code writer (steps.py) and the LLM prompts
 both read it.
 """
 
@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mentor_fast.mentor.tasks.code_attempts import IMPORTABLE, code_failure, code_result, missing_name
 from mentor_fast.rewards.program import extract_code
+from mentor_fast.tasks.code.attempts import IMPORTABLE, code_failure, code_result, missing_name
 from mentor_fast.types import Problem, Rollout
 
 if TYPE_CHECKING:

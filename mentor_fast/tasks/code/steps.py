@@ -1,5 +1,5 @@
 """The code problems' deterministic writer (no LLM), from the analysis of the failed attempts
-(tasks/code_analysis.py): the sandbox results and the reference solution's steps in words.
+(analysis.py): the sandbox results and the reference solution's steps in words.
 
 Diagnosis: every attempt truncated -> truncation; otherwise the failure label most of the group's
 failed attempts share, the first failing test and the step the attempts lack.
@@ -18,7 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from mentor_fast.mentor.diagnosis import Diagnosis
-from mentor_fast.mentor.tasks.code_analysis import CodeAnalysis, analyse
+from mentor_fast.tasks.code.analysis import CodeAnalysis, analyse
 
 if TYPE_CHECKING:
     from mentor_fast.mentor.cases import FailureCase

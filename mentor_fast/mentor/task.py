@@ -1,5 +1,6 @@
-"""A task (math, code) as the mentor handles it: one registry entry (tasks/__init__.py) holds all
-that differs between tasks, so the rest of the mentor never asks which task it is."""
+"""What the mentor asks of a task: its failure taxonomy, how an attempt of it ended, its leak gates,
+its deterministic writer and its prompt templates. Each task folder provides one `MentorTask`
+(mentor_fast/tasks/<task>/mentor.py), so the rest of the mentor never asks which task it is."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mentor_fast.compat import StrEnum
 from mentor_fast.mentor.diagnosis import Diagnosis, closed_label
 from mentor_fast.types import CodeTask, Rollout
 
@@ -18,14 +18,8 @@ if TYPE_CHECKING:
 LeakGates = Callable[[str, str, tuple[str, ...], "CodeTask | None", str], "tuple[str, str] | None"]
 
 
-class TaskKind(StrEnum):
-    MATH = "math"
-    CODE = "code"
-
-
 @dataclass(frozen=True)
-class Task:
-    kind: TaskKind
+class MentorTask:
     failures: tuple[str, ...]
     """The closed failure taxonomy a diagnosis picks from ("other" catches the rest)."""
     aliases: Mapping[str, str]
@@ -46,7 +40,8 @@ class Task:
     hint: Callable[[FailureCase, Diagnosis, int], str]
     """The deterministic writer's hint at a level."""
     templates: str
-    """The prefix of the task's LLM prompt templates (mentor/prompts/<prefix><name>.txt)."""
+    """The package whose prompts/ folder holds the task's LLM prompt templates (diagnose, fused,
+    instruct, levels)."""
     prompt_values: Callable[[FailureCase], dict[str, Any]]
     """What the task's templates hold beyond the values every template has."""
 

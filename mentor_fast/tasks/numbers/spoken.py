@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-from mentor_fast.mentor.numbers.numerals import ONES, WORD, WORDS, Mention, number_value
+from mentor_fast.tasks.numbers.numerals import ONES, WORD, WORDS, Mention, number_value
 
 _W1 = rf"(?:{WORD})"  # one number word
 _N1 = rf"(?:\d+|{_W1})"  # a whole number in digits or one word

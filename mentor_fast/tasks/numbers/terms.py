@@ -8,7 +8,7 @@ import math
 import re
 from fractions import Fraction
 
-from mentor_fast.mentor.numbers.numerals import WORD, Mention, Term, number_value, sign_position
+from mentor_fast.tasks.numbers.numerals import WORD, Mention, Term, number_value, sign_position
 
 _W1 = rf"(?:{WORD})"  # one number word
 _TNUM = rf"(?:\d+(?:\.\d+)?|{_W1})"
