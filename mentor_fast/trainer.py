@@ -16,7 +16,6 @@ are global. Rank 0 writes the logs; every rank writes its part of a checkpoint.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import random
 import time
@@ -53,18 +52,14 @@ from mentor_fast.metrics import (
 )
 from mentor_fast.models import (
     ModelError,
-    apply_liger,
-    apply_lora,
-    load_policy,
     load_tokenizer,
     resolve_device,
     resolve_model_path,
-    torch_dtype,
 )
+from mentor_fast.policies import build_policies
 from mentor_fast.rewards import RewardScorer
-from mentor_fast.rollout import engine_dtype, hf_engine_dtype, make_engine
+from mentor_fast.rollout import engine_dtype, make_engine
 from mentor_fast.rollout.base import SamplingParams
-from mentor_fast.sharding import FullWeights, shard_policy
 from mentor_fast.types import Group, Rollout, Sample
 from mentor_fast.update import PolicyUpdater, build_optimizer
 
@@ -133,27 +128,9 @@ class Trainer:
         self._settings.enter_context(deterministic_algorithms(wanted(cfg.trainer.deterministic, self.device)))
         if self.device.type == "cuda" and cfg.model.tf32:
             torch.set_float32_matmul_precision("high")  # TF32 tensor cores for what stays fp32
-        self.model = load_policy(weights_path, cfg.model.dtype, cfg.model.attn_implementation)
-        if apply_liger(self.model, cfg.model.liger, self.device) and self.dist.is_main:
-            print("liger: RMSNorm, SwiGLU and RoPE kernels on the policy", flush=True)
-        if lora:
-            self.model = apply_lora(self.model, cfg.model.lora, adapter=ckpt / "policy" if ckpt else None)
-        self.model.to(self.device)
-        self.model.train()
-        self.ref_model = None
-        if cfg.model.ref_model and cfg.loss.beta > 0:  # frozen and small next to the policy: not sharded
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        # Across ranks the HF engine decodes from its own whole copy (a sharded forward would be a
-        # collective per decoded token), and in another dtype from a copy in it (rollout.hf_dtype); one
-        # rank in the policy's dtype shares the policy module.
-        engine_model = self.model
-        hf_dtype = hf_engine_dtype(cfg, self.device) if cfg.rollout.engine == "hf" and not lora else None
-        if cfg.rollout.engine == "hf" and (self.dist.enabled or hf_dtype):
-            engine_model = copy.deepcopy(self.model).requires_grad_(False)
-            if hf_dtype:
-                engine_model.to(torch_dtype(hf_dtype))
-        self.policy = shard_policy(self.model, self.dist, param_dtype=self._param_dtype())
-        self.weights = FullWeights(self.policy) if self.dist.enabled else self.model  # what engines read
+        policies = build_policies(cfg, self.dist, weights_path, adapter=ckpt / "policy" if ckpt and lora else None)
+        self.model, self.policy, self.weights = policies.model, policies.policy, policies.weights
+        self.ref_model = policies.ref_model
 
         self.optimizer, self.scheduler = build_optimizer(self.policy, cfg.optim, cfg.trainer.max_steps)
         loss = GRPOOptions.of(cfg.loss, temperature=cfg.rollout.temperature,
@@ -176,21 +153,14 @@ class Trainer:
         method_state = None
         if ckpt is not None:
             method_state = self._restore(ckpt)
-        self.engine = make_engine(cfg.rollout, engine_model, self.tokenizer, weights_path, engine_dtype(cfg), cfg.seed,
-                                  owns_weights=engine_model is not self.model, lora_rank=cfg.model.lora.rank)
+        self.engine = make_engine(cfg.rollout, policies.engine_model, self.tokenizer, weights_path, engine_dtype(cfg),
+                                  cfg.seed, owns_weights=policies.engine_owns_weights, lora_rank=cfg.model.lora.rank)
         if self.policy_version or self.engine.policy_version != self.policy_version:  # resumed, or a server's other weights
             self.engine.update_weights(self.weights, self.policy_version)
         self.method: Method = self._build_method()
         if self._regroup is not None:  # resumed on another number of ranks
             method_state = self.method.regroup(self._regroup, self._holds)
         self.method.load_state_dict(method_state)
-
-    def _param_dtype(self) -> torch.dtype | None:
-        """FSDP2's compute dtype for the gathered parameters (None: the parameters' own)."""
-        name = self.cfg.dist.param_dtype
-        if name == "auto":
-            return torch.bfloat16 if self.cfg.model.autocast_bf16 else None
-        return torch_dtype(name)
 
     def _build_method(self) -> Method:
         return build_method(MethodContext(
