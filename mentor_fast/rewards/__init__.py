@@ -8,8 +8,8 @@ Importing this package does not import math-verify or sympy (workers do, on firs
 from mentor_fast.answers import last_boxed
 from mentor_fast.rewards.math import is_correct, verify
 from mentor_fast.rewards.pool import MathVerifierPool, VerifierPoolError
-from mentor_fast.rewards.registry import RewardScorer, Verifier, load_reward_function
-from mentor_fast.rewards.verdict import Status, Verdict
+from mentor_fast.rewards.registry import RewardScorer, load_reward_function
+from mentor_fast.rewards.verdict import Status, Verdict, Verifier
 
 __all__ = [
     "MathVerifierPool",

@@ -26,7 +26,7 @@ from mentor_fast.rewards.verdict import Status, Verdict
 from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
-    from mentor_fast.config import CodeRewardConfig
+    from mentor_fast.config.schema import CodeRewardConfig
 
 TAIL = 2000  # characters kept of stdout, stderr and the traceback
 STATUSES = ("passed", "failed", "error", "timeout", "crashed", "sandbox_error", "bad_problem", "forged_output",

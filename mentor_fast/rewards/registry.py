@@ -24,32 +24,16 @@ import importlib
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from mentor_fast.compat import Self
 from mentor_fast.config import RewardConfig
 from mentor_fast.rewards.code import CodeVerifier
-from mentor_fast.rewards.verdict import Status, Verdict
+from mentor_fast.rewards.verdict import Status, Verifier
 from mentor_fast.tasks import TASKS, TaskKind
 from mentor_fast.types import Problem, Rollout
 
 log = logging.getLogger(__name__)
-
-
-class Verifier(Protocol):
-    """A built-in checker: one Verdict per (completion, problem), in order."""
-
-    def check(self, completions: list[str], problems: list[Problem]) -> list[Verdict]: ...
-
-    def describe(self) -> str:
-        """One line for the start of a run: what checks the answers, and how it is isolated."""
-        ...
-
-    def pop_metrics(self) -> dict[str, float]:
-        """Counts since the last call (e.g. code run statuses), summed into the step's metrics."""
-        ...
-
-    def close(self) -> None: ...
 
 
 RewardFn = Callable[..., list]

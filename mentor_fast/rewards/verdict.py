@@ -1,13 +1,14 @@
-"""What a built-in verifier says about one completion, whatever the task: the math verifier
-(math.py, pool.py) and the code verifier (code.py) both answer in a `Verdict`, which the scorer
-(registry.py) turns into rewards and metrics and the mentor's diagnoser reads."""
+"""A built-in verifier (`Verifier`, each task builds its own) and what it says about one completion:
+the math verifier (math.py, pool.py) and the code verifier (code.py) both answer in a `Verdict`,
+which the scorer (registry.py) turns into rewards and metrics and the mentor's diagnoser reads."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mentor_fast.compat import StrEnum
+from mentor_fast.types import Problem
 
 
 class Status(StrEnum):
@@ -32,3 +33,19 @@ class Verdict:
     @property
     def parse_error(self) -> bool:
         return self.status in (Status.UNPARSEABLE, Status.ERROR)
+
+
+class Verifier(Protocol):
+    """A built-in checker: one Verdict per (completion, problem), in order."""
+
+    def check(self, completions: list[str], problems: list[Problem]) -> list[Verdict]: ...
+
+    def describe(self) -> str:
+        """One line for the start of a run: what checks the answers, and how it is isolated."""
+        ...
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Counts since the last call (e.g. code run statuses), summed into the step's metrics."""
+        ...
+
+    def close(self) -> None: ...

@@ -13,7 +13,7 @@ from mentor_fast.tasks.math import MATH
 from mentor_fast.types import CodeTask, Problem
 
 if TYPE_CHECKING:
-    from mentor_fast.config import DataConfig
+    from mentor_fast.config.schema import DataConfig
 
 TASKS: dict[TaskKind, Task] = {task.kind: task for task in (MATH, CODE)}
 

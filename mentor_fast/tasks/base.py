@@ -12,9 +12,9 @@ from mentor_fast.compat import StrEnum
 from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
-    from mentor_fast.config import DataConfig, RewardConfig
+    from mentor_fast.config.schema import DataConfig, RewardConfig
     from mentor_fast.mentor.task import MentorTask
-    from mentor_fast.rewards.registry import Verifier
+    from mentor_fast.rewards.verdict import Verifier
 
 
 class TaskKind(StrEnum):

@@ -14,9 +14,9 @@ from mentor_fast.tasks.base import Task, TaskKind
 from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
-    from mentor_fast.config import DataConfig, RewardConfig
+    from mentor_fast.config.schema import DataConfig, RewardConfig
     from mentor_fast.mentor.task import MentorTask
-    from mentor_fast.rewards.registry import Verifier
+    from mentor_fast.rewards.verdict import Verifier
 
 SYSTEM_PROMPT = (
     "You are a careful Python programmer. Think briefly about the task, then write the complete "

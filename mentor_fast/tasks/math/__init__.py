@@ -13,9 +13,9 @@ from mentor_fast.tasks.base import Task, TaskKind
 from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
-    from mentor_fast.config import DataConfig, RewardConfig
+    from mentor_fast.config.schema import DataConfig, RewardConfig
     from mentor_fast.mentor.task import MentorTask
-    from mentor_fast.rewards.registry import Verifier
+    from mentor_fast.rewards.verdict import Verifier
 
 SYSTEM_PROMPT = (
     "You are a careful math tutor. Solve the problem step by step, then give the final answer in \\boxed{}."
