@@ -20,20 +20,35 @@ ROOT = Path(__file__).resolve().parents[1]
 SECRET = "mentor-fast-test-secret-8f3a"
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _ours(pid: int) -> bool:
+    """A descendant of this test process, or an orphan (a leak outlives its parent): another
+    process's sandboxes on the same machine are not this test's leaks."""
+    chain = [_parent(pid)]
+    while chain[-1] > 1 and len(chain) < 64:
+        chain.append(_parent(chain[-1]))
+    return chain[0] == 1 or os.getpid() in chain
+
+
 def _harness_processes() -> list[int]:
-    """Live sandboxed programs and checkers (what a leak would leave). A checker may take a moment
-    to be gone after it sent its verdict, so this waits up to a second for the list to empty."""
+    """Live sandboxed programs and checkers of this test process (what a leak would leave). A
+    checker may take a moment to be gone after it sent its verdict, so this waits up to a second
+    for the list to empty."""
     deadline = time.monotonic() + 1.0
     while True:
         out = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                ppid = _parent(int(pid))
+                zygote = judge.ZYGOTE.pid() is not None and ppid == judge.ZYGOTE.pid()
+                if zygote or (sandbox.MARKER.encode() in cmd and _ours(int(pid))):
+                    out.append(int(pid))
+            except (OSError, IndexError, ValueError):  # gone while read
                 continue
-            if sandbox.MARKER.encode() in cmd or (judge.ZYGOTE.pid() is not None and ppid == judge.ZYGOTE.pid()):
-                out.append(int(pid))
         if not out or time.monotonic() > deadline:
             return out
         time.sleep(0.02)
