@@ -142,12 +142,7 @@ def make_updaters(model, mode: str, device: torch.device, bf16: bool):
 
 def select(upd) -> None:
     """The model's checkpointing as this variant has it (auto: as its first update decided)."""
-    on = upd.wanted_ckpt if upd.wanted_ckpt != "auto" else upd.checkpointing
-    if on is True:
-        upd.model.gradient_checkpointing_enable()
-    else:
-        upd.model.gradient_checkpointing_disable()
-    upd._set_share_prompts()
+    upd.set_checkpointing((upd.wanted_ckpt if upd.wanted_ckpt != "auto" else upd.checkpointing) is True)
 
 
 def sync(device: torch.device) -> None:
@@ -291,7 +286,7 @@ def main() -> None:
     rows = []
     for name, budget in order:
         upd, ts = updaters[name, budget], times[name, budget]
-        plan = upd._plan(batch, list(range(batch.num_seqs)))
+        plan = upd.micro_batches(batch, list(range(batch.num_seqs)))
         fwd = upd.forward_settings
         form = "packed" if fwd.packed else "shared" if fwd.share_prompts else "rows"
         rows.append({"variant": name, "micro_batch_tokens": budget, "median_ms": 1e3 * statistics.median(ts) if ts else None,

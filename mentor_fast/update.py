@@ -159,7 +159,14 @@ class PolicyUpdater:
             self.checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
             self._set_share_prompts()
 
-    def _plan(self, batch: TrainBatch, seqs: list[int]) -> list[list[int]]:
+    def set_checkpointing(self, on: bool) -> None:
+        """The model's activation checkpointing on or off, and the forward that follows it (for
+        benchmarks whose variants share one model; `auto` still decides at the first update)."""
+        enable_checkpointing(self.model) if on else self.model.gradient_checkpointing_disable()
+        self._set_share_prompts()
+
+    def micro_batches(self, batch: TrainBatch, seqs: list[int]) -> list[list[int]]:
+        """The micro-batches (sequence indices) the update runs `seqs` in, within micro_batch_tokens."""
         budget = self.trainer_cfg.micro_batch_tokens
         if self.forward_settings.packed:
             return plan_packed_micro_batches([len(x) for x in batch.input_ids], seqs, budget)
@@ -190,7 +197,7 @@ class PolicyUpdater:
         """No-grad per-sequence completion log-probs in each sequence's own context, of the policy
         (model None; every rank joins, see `_idle`) or of a reference model (local). One copy to the
         host for the whole pass."""
-        plans = self._plan(batch, seqs)
+        plans = self.micro_batches(batch, seqs)
         passes = self._most(len(plans)) if model is None else len(plans)  # agreed before any pass
         parts = [self._token_logprobs(model, self.forward_settings.inputs(batch, plan).to(self.device))
                  for plan in plans]
@@ -267,7 +274,7 @@ class PolicyUpdater:
         seq_w = self._global_weights(lens) * prepared.in_loss[mini]
         weight_of = {i: float(w) for i, w in zip(mini, seq_w)}
         computed = set(prepared.computed)
-        plans = self._plan(prepared.batch, [i for i in mini if i in computed])
+        plans = self.micro_batches(prepared.batch, [i for i in mini if i in computed])
         passes = self._most(len(plans))
         num_micro = int(self.dist.sum([len(plans)])[0]) if self.dist.enabled else len(plans)
         for k in range(passes):

@@ -281,7 +281,7 @@ def test_per_micro_batch_aggregation_normalises_each_micro_batch(tiny_model_path
     g_mean, _ = grads_of_update(make_updater(tiny_model_path), batch)
     assert_grads_close(g_one, g_mean, rel=1e-5)
     many = make_updater(tiny_model_path, loss=micro, micro_batch_tokens=40)
-    assert len(many._plan(batch, list(range(batch.num_seqs)))) > 1
+    assert len(many.micro_batches(batch, list(range(batch.num_seqs)))) > 1
     g_many, _ = grads_of_update(many, batch)
     name = "model.norm.weight"
     assert float((g_many[name] - g_mean[name]).norm()) > 1e-3 * float(g_mean[name].norm())
