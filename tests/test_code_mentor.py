@@ -10,10 +10,11 @@ from mentor_fast.mentor import FailureCase, LeakGuard, LLMAgents, WorkedSolution
 from mentor_fast.mentor.cases import choose_attempts
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.diagnosis import Diagnosis
+from mentor_fast.mentor.task import mentor_task
 from mentor_fast.mentor.testing import CharPromptBuilder, mentor_configs
 from mentor_fast.mentor.writers.prompts import diagnose_messages, fused_messages, instruct_messages
 from mentor_fast.rewards.code import run_tests
-from mentor_fast.tasks import TASKS, TaskKind
+from mentor_fast.tasks import TaskKind
 from mentor_fast.tasks.code.analysis import describe_input, parse_test_line
 from mentor_fast.tasks.code.attempts import code_failure
 from mentor_fast.tasks.code.outputs import expected_outputs
@@ -89,7 +90,7 @@ def run(results, kind):
     return attempt(f"Here is my solution:\n```python\n{PROGRAMS[kind][0]}```\nDone.", results[kind])
 
 
-MATH, CODE = TASKS[TaskKind.MATH].mentor(), TASKS[TaskKind.CODE].mentor()
+MATH, CODE = mentor_task(TaskKind.MATH), mentor_task(TaskKind.CODE)
 CODE_FAILURES = CODE.failures
 
 

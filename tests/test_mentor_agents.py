@@ -14,14 +14,15 @@ from mentor_fast.mentor import (
     parse_json_object,
 )
 from mentor_fast.mentor.cases import choose_attempts, truncate_middle
+from mentor_fast.mentor.task import mentor_task
 from mentor_fast.mentor.testing import ScriptedBackend, ladder_problem, make_group
 from mentor_fast.mentor.writers.base import Failed
 from mentor_fast.mentor.writers.prompts import diagnose_messages, fused_messages, instruct_messages, prompt
 from mentor_fast.mentor.writers.replies import parse_hint
-from mentor_fast.tasks import TASKS, TaskKind
+from mentor_fast.tasks import TaskKind
 from mentor_fast.types import Problem
 
-MATH, CODE = TASKS[TaskKind.MATH].mentor(), TASKS[TaskKind.CODE].mentor()
+MATH, CODE = mentor_task(TaskKind.MATH), mentor_task(TaskKind.CODE)
 DIAG = {
     "failure_type": "arithmetic slip",
     "root_cause": "432 - 129 is done wrongly.",

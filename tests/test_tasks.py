@@ -15,11 +15,17 @@ from mentor_fast.config.schema import CodeRewardConfig, DataConfig
 from mentor_fast.data.code_ladder import LEVELS as CODE_LEVELS
 from mentor_fast.data.code_ladder import make_code_problem
 from mentor_fast.data.ladder import LEVELS, make_problem
+from mentor_fast.mentor.guard import leak_gates
+from mentor_fast.mentor.task import MentorTask, mentor_task
 from mentor_fast.tasks import TASKS, TaskKind, task_of, task_reading
 
 
-def test_the_task_key_names_the_registry():
+def test_the_task_key_names_the_registry_and_each_task_has_its_mentor_part():
     assert set(typing.get_args(typing.get_type_hints(RunConfig)["task"])) == {"auto", *TASKS}
+    for kind in TASKS:
+        part = mentor_task(kind)
+        assert isinstance(part, MentorTask) and part.templates == f"mentor_fast.tasks.{kind}"
+        assert set(part.gates) <= set(leak_gates()) and "other" not in part.failures
 
 
 @pytest.mark.parametrize(("source", "fmt", "kind"), [

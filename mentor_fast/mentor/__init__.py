@@ -20,7 +20,7 @@ from mentor_fast.mentor.diagnosis import Diagnosis
 from mentor_fast.mentor.guard import GuardVerdict, LeakGuard, check_hint, leak_gates, leaks_answer
 from mentor_fast.mentor.method import SCHEDULES, MentorMethod
 from mentor_fast.mentor.pipeline import HintedStep, Mentor, MentorOutcome
-from mentor_fast.mentor.task import MentorTask
+from mentor_fast.mentor.task import MentorTask, mentor_task
 from mentor_fast.mentor.writers.base import Agents, Failed, MentorBackend
 from mentor_fast.mentor.writers.llm import LLMAgents
 from mentor_fast.mentor.writers.local import LocalBackend, SelfBackend
@@ -56,5 +56,6 @@ __all__ = [
     "cold_hint",
     "leak_gates",
     "leaks_answer",
+    "mentor_task",
     "parse_json_object",
 ]

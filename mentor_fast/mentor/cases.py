@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mentor_fast.mentor.task import MentorTask
-from mentor_fast.tasks import TASKS, TaskKind, task_of
+from mentor_fast.mentor.task import MentorTask, mentor_task
+from mentor_fast.tasks import TaskKind, task_of
 from mentor_fast.types import Group, Problem, Rollout
 
 NO_ANSWER = ("<no answer>", "<truncated>", "<no code>")  # attempt keys of attempts with no answer at all
@@ -52,7 +52,7 @@ class FailureCase:
     @classmethod
     def from_group(cls, group: Group, k: int = 3, previous_hints: list[str] | None = None) -> FailureCase:
         kind = task_of(group.problem).kind
-        spec = TASKS[kind].mentor()
+        spec = mentor_task(kind)
         answers: dict[str, int] = {}
         kinds: dict[str, int] = {}
         for r in group.rollouts:
@@ -66,7 +66,7 @@ class FailureCase:
 
     @property
     def task(self) -> MentorTask:
-        return TASKS[self.kind].mentor()
+        return mentor_task(self.kind)
 
     @property
     def all_truncated(self) -> bool:

@@ -17,6 +17,7 @@ from functools import cache
 
 from mentor_fast.mentor.counts import Counts
 from mentor_fast.mentor.levels import MAX_WORDS
+from mentor_fast.mentor.task import mentor_task
 from mentor_fast.tasks import TASKS, TaskKind, task_for
 from mentor_fast.types import CodeTask
 
@@ -24,7 +25,7 @@ from mentor_fast.types import CodeTask
 @cache
 def leak_gates() -> tuple[str, ...]:
     """The gates that reject a hint for giving the answer away (every task's, and the judge)."""
-    return ("boxed", *(gate for task in TASKS.values() for gate in task.mentor().gates), "judge")
+    return ("boxed", *(gate for kind in TASKS for gate in mentor_task(kind).gates), "judge")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class LeakGuard:
             return GuardVerdict(False, "empty", "the hint is empty")
         if "\\boxed" in hint:
             return GuardVerdict(False, "boxed", "the hint contains \\boxed")
-        leak = task_for(task, code).mentor().leak(hint, gold, steps, code, question)
+        leak = mentor_task(task_for(task, code).kind).leak(hint, gold, steps, code, question)
         if leak:
             return GuardVerdict(False, *leak)
         if level is not None and len(hint.split()) > self.max_words.get(level, 10**9):

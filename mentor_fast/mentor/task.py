@@ -1,11 +1,14 @@
 """What the mentor asks of a task: its failure taxonomy, how an attempt of it ended, its leak gates,
-its deterministic writer and its prompt templates. Each task folder provides one `MentorTask`
-(mentor_fast/tasks/<task>/mentor.py), so the rest of the mentor never asks which task it is."""
+its deterministic writer and its prompt templates. Each task folder provides one `MentorTask`, named
+MENTOR in its mentor.py (mentor_fast/tasks/<task>/mentor.py), so the rest of the mentor never asks
+which task it is."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from mentor_fast.mentor.diagnosis import Diagnosis, closed_label
@@ -48,3 +51,10 @@ class MentorTask:
     def label(self, label: Any) -> str:
         """A model's failure label as one of the taxonomy's, or "other"."""
         return closed_label(label, self.failures, self.aliases)
+
+
+@cache
+def mentor_task(kind: str) -> MentorTask:
+    """The mentor's part of the task `kind` (a TaskKind): MENTOR in its folder's mentor.py, loaded on
+    first use (the task registry, mentor_fast/tasks/, knows nothing of the mentor)."""
+    return importlib.import_module(f"mentor_fast.tasks.{kind}.mentor").MENTOR

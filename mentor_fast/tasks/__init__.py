@@ -1,7 +1,7 @@
 """The tasks a run can train on, one folder each: the system prompt, which data holds its problems,
-its verifier, its worked solutions as completions, and the mentor's part (failure taxonomy, leak
-gates, deterministic writer, prompt templates). Adding a task is adding a folder and a line here
-(and its name in config/schema.py's `task`)."""
+its verifier, its worked solutions as completions, and the mentor's part (mentor.py's MENTOR:
+failure taxonomy, leak gates, deterministic writer, prompt templates). Adding a task is adding a
+folder and a line here (and its name in config/schema.py's `task`)."""
 
 from __future__ import annotations
 

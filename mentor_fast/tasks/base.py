@@ -1,6 +1,8 @@
 """A task: what differs between kinds of problems (math answers, code tests) from the data file to
 the mentor. One `Task` per folder of mentor_fast/tasks/; the registry (tasks/__init__.py) is keyed by
-`TaskKind`, and the run's `task` key picks the entry (auto: the one whose data the run reads)."""
+`TaskKind`, and the run's `task` key picks the entry (auto: the one whose data the run reads).
+The mentor's part of a task is its folder's mentor.py, which the mentor loads itself
+(mentor/task.py `mentor_task`): this registry stays below the mentor and the config loader."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
     from mentor_fast.config.schema import DataConfig, RewardConfig
-    from mentor_fast.mentor.task import MentorTask
     from mentor_fast.rewards.verdict import Verifier
 
 
@@ -40,6 +41,3 @@ class Task:
     worked_solution: Callable[[Problem], str | None]
     """The problem's worked solution as a completion, in the form the verifier reads (None: the
     problem has none). What the supervised warm-up teaches and LUFFY's off-policy expert writes."""
-    mentor: Callable[[], MentorTask]
-    """The mentor's part (tasks/<task>/mentor.py), loaded when a mentor first asks: it imports the
-    mentor's own modules, which import this registry."""

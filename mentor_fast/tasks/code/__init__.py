@@ -7,7 +7,6 @@ outputs.py (the leak gates) and steps.py (the deterministic writer); its LLM tem
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING
 
 from mentor_fast.tasks.base import Task, TaskKind
@@ -15,7 +14,6 @@ from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
     from mentor_fast.config.schema import DataConfig, RewardConfig
-    from mentor_fast.mentor.task import MentorTask
     from mentor_fast.rewards.verdict import Verifier
 
 SYSTEM_PROMPT = (
@@ -41,13 +39,6 @@ def worked_solution(problem: Problem) -> str | None:
     return f"```python\n{problem.code.solution.strip()}\n```"
 
 
-@cache
-def mentor() -> MentorTask:
-    from mentor_fast.tasks.code.mentor import MENTOR
-
-    return MENTOR
-
-
 CODE = Task(
     kind=TaskKind.CODE,
     system_prompt=SYSTEM_PROMPT,
@@ -57,5 +48,4 @@ CODE = Task(
     owns=lambda problem: problem.code is not None,
     verifier=verifier,
     worked_solution=worked_solution,
-    mentor=mentor,
 )

@@ -6,7 +6,6 @@ steps.py (the deterministic writer, from the worked solution); its LLM templates
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING
 
 from mentor_fast.tasks.base import Task, TaskKind
@@ -14,7 +13,6 @@ from mentor_fast.types import Problem
 
 if TYPE_CHECKING:
     from mentor_fast.config.schema import DataConfig, RewardConfig
-    from mentor_fast.mentor.task import MentorTask
     from mentor_fast.rewards.verdict import Verifier
 
 SYSTEM_PROMPT = (
@@ -39,13 +37,6 @@ def worked_solution(problem: Problem) -> str | None:
     return "\n".join(problem.solution_steps) + f"\nThe answer is \\boxed{{{problem.gold}}}."
 
 
-@cache
-def mentor() -> MentorTask:
-    from mentor_fast.tasks.math.mentor import MENTOR
-
-    return MENTOR
-
-
 MATH = Task(
     kind=TaskKind.MATH,
     system_prompt=SYSTEM_PROMPT,
@@ -55,5 +46,4 @@ MATH = Task(
     owns=lambda problem: problem.code is None,
     verifier=verifier,
     worked_solution=worked_solution,
-    mentor=mentor,
 )
