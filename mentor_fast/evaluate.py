@@ -232,13 +232,17 @@ def _model_folder(checkpoint: str | None, model_path: str) -> tuple[Path, Path]:
 
 
 def _merged(base: Path, adapter: Path) -> Path:
-    """The base with the peft adapter merged in, as an HF folder both engines load (a temp folder)."""
+    """The base with the peft adapter merged in, as an HF folder both engines load (a temp folder,
+    removed when the process exits)."""
+    import atexit
+    import shutil
     import tempfile
 
     from mentor_fast.models import import_peft, load_policy
 
     model = import_peft().PeftModel.from_pretrained(load_policy(base), str(adapter)).merge_and_unload()
     out = Path(tempfile.mkdtemp(prefix="mentor_fast_merged_"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     model.save_pretrained(out, safe_serialization=True)
     return out
 
