@@ -166,10 +166,11 @@ def test_repeated_rows_add_their_gradients_in_one_order_under_the_runs_setting()
             assert torch.equal(x.grad, in_order)
 
 
-def test_the_trainer_holds_the_setting_while_it_runs_and_gives_back_the_callers():
+def test_the_trainer_holds_the_setting_while_it_runs_and_gives_back_the_callers(tmp_path):
     assert not torch.are_deterministic_algorithms_enabled()
     for setting, on in (("auto", True), ("false", False)):
-        cfg = load_config(["configs/tiny_test.yaml"], ["output_dir=/tmp/unused", f"trainer.deterministic={setting}"])
+        cfg = load_config(["configs/tiny_test.yaml"], [f"output_dir={tmp_path / setting}",
+                                                       f"trainer.deterministic={setting}"])
         trainer = Trainer(cfg)
         try:
             assert torch.are_deterministic_algorithms_enabled() is on
