@@ -11,9 +11,9 @@ What the paper does, and what is done here:
   under q for it, as for any sequence trained in a context it was not sampled in.
 - The expert is the problem's worked solution, tokenized as the policy would write it: the same
   text the supervised warm-up teaches (its task's `worked_solution`, mentor_fast/tasks/: the steps
-  and the boxed answer, or the reference program in one fenced block), then EOS. It is scored by the run's verifier like any
-  rollout, and only a passing one is inserted (luffy/expert_wrong counts the others); one longer
-  than rollout.max_new_tokens is left out too (luffy/too_long).
+  and the boxed answer, or the reference program in one fenced block), then EOS. It is scored by
+  the run's verifier like any rollout, and only a passing one is inserted (luffy/expert_wrong counts
+  the others); one longer than rollout.max_new_tokens is left out too (luffy/too_long).
 
 Where it departs, and why:
 - Which groups. LUFFY puts one expert trace into every group (1 off-policy + 7 on-policy). Here it

@@ -283,7 +283,7 @@ def resolve(cfg: RunConfig) -> None:
 
 def validate(cfg: RunConfig) -> None:
     """Cross-field checks that a type alone cannot express."""
-    m, r = cfg.mentor, cfg.recovery
+    m, r, task = cfg.mentor, cfg.recovery, TASKS[TaskKind(cfg.task)]
     try:
         cfg.loss.check()
     except ValueError as e:
@@ -317,8 +317,8 @@ def validate(cfg: RunConfig) -> None:
          or (cfg.rollout.dynamic_sampling_rounds + 1) * cfg.rollout.prompts_per_step <= GROUPS_PER_STEP,
          (f"rollout.dynamic_sampling draws up to (dynamic_sampling_rounds + 1) * prompts_per_step prompts "
           f"a step, at most {GROUPS_PER_STEP}")),
-        (TASKS[TaskKind(cfg.task)].reads(cfg.data),
-         (f"task={cfg.task} needs {TASKS[TaskKind(cfg.task)].data_help} (got data.source={cfg.data.source}, "
+        (task.reads(cfg.data),
+         (f"task={cfg.task} needs {task.data_help} (got data.source={cfg.data.source}, "
           f"format {cfg.data.format}); leave task at auto to follow the data")),
         (cfg.model.lora.rank == 0 or cfg.rollout.vllm_sleep_level != 2,
          ("rollout.vllm_sleep_level=2 drops vLLM's base weights, which a LoRA sync does not resend; "
