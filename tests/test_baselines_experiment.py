@@ -174,6 +174,51 @@ def test_the_report_tables_each_arm_over_its_seeds_and_plots_both_panels(tmp_pat
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
+def test_the_sign_flip_test_is_exact_and_symmetric():
+    # every one of 8 seeds ahead: only the all-plus and all-minus patterns are as extreme, 2 of 256
+    assert baselines_report.sign_flip_p([0.1] * 8) == pytest.approx(2 / 256)
+    assert baselines_report.sign_flip_p([-0.1] * 8) == pytest.approx(2 / 256)
+    # one seed of 6 behind by as much as the others are ahead: 14 of the 64 patterns reach |mean| >= 4/6 of 0.1
+    assert baselines_report.sign_flip_p([0.1] * 5 + [-0.1]) == pytest.approx(14 / 64)
+    assert baselines_report.sign_flip_p([0.0, 0.0, 0.0]) == 1.0
+
+
+def test_a_paired_difference_is_supported_only_over_enough_seeds_with_the_interval_and_the_test_agreeing():
+    def verdict(diffs):
+        lo, hi = baselines_report.bootstrap_ci(diffs)
+        return baselines_report.paired_verdict(diffs, lo, hi)
+
+    # two seeds far apart from 0: their bootstrap interval is their min-max, which proves nothing
+    assert verdict([0.4, 0.5]).startswith("too few seeds to rank")
+    assert verdict([0.1] * 5).startswith("too few seeds to rank")  # 2/32 > 0.05 even when all agree
+    assert verdict([0.30, 0.20, 0.25, 0.35, 0.28, 0.22, 0.31, 0.26]) == "8 of 8 seeds > 0, sign-flip p = 0.008; supported"
+    # a mean difference carried by one large seed: 7 small negatives and one large positive
+    assert verdict([-0.02] * 7 + [0.5]).endswith("not supported")
+    # a wide spread around 0
+    assert verdict([0.3, -0.25, 0.1, -0.2, 0.15, -0.1, 0.05, -0.02]).endswith("not supported")
+
+
+def test_the_intervals_table_pairs_seeds_and_says_which_differences_the_data_support(tmp_path, capsys):
+    seeds = range(8)
+    results = {"setup": {"task": "math", "jump_level": 7, "post_steps": 2},
+               "arms": {"vanilla": {"seeds": {str(k): seed_entry(0.9, 0.01 * k) for k in seeds}},
+                        # MENTOR sits 0.3 above vanilla on every seed, but the seeds spread by 0.07 each
+                        "mentor": {"seeds": {str(k): seed_entry(0.5, 0.3 + 0.01 * k) for k in seeds}},
+                        "luffy": {"seeds": {str(k): seed_entry(0.5, 0.3 + 0.01 * k + (0.1 if k % 2 else -0.1))
+                                            for k in seeds}}}}
+    path = tmp_path / "baselines.json"
+    path.write_text(json.dumps(results))
+    baselines_report.main([str(path), "--intervals"])
+    out = capsys.readouterr().out
+    interval_rows = out.rsplit("[95% CI]", 1)[1].splitlines()  # the third table, after its header
+    vanilla, luffy = (next(line for line in interval_rows if line.startswith(f"| {arm} | 8 |")) for arm in ("vanilla", "luffy"))
+    # paired: the seeds' spread cancels, so the held-out difference is exactly +0.3 with no width
+    assert "+0.300 [+0.300, +0.300] (8 of 8 seeds > 0, sign-flip p = 0.008; supported)" in vanilla
+    assert "-0.400 [-0.400, -0.400] (0 of 8 seeds > 0, sign-flip p = 0.008; supported)" in vanilla
+    # equal all-fail fractions, and held-out differences of +-0.1 that cancel: p = 1 on both
+    assert luffy.count("+0.000 [") == 2 and luffy.count("p = 1.000; not supported") == 2
+
+
 def test_the_plotted_curve_is_a_trailing_mean_that_keeps_the_first_steps():
     assert baselines_report.trailing_mean([1.0, 0.0, 0.5, 0.5, 0.0], 2) == [1.0, 0.5, 0.25, 0.5, 0.25]
     assert baselines_report.trailing_mean([1.0, 0.0], 1) == [1.0, 0.0]
