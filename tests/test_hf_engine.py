@@ -19,7 +19,8 @@ from helpers import EOS, eos_bias_hook
 from mentor_fast.config import RolloutConfig
 from mentor_fast.models import load_policy, load_tokenizer
 from mentor_fast.rollout.base import RolloutEngine, SamplingParams, refuse_horizon
-from mentor_fast.rollout.hf import CPU_GQA_ATTENTION, HFEngine, eos_token_ids, sample_tokens
+from mentor_fast.rollout.hf import CPU_GQA_ATTENTION, HFEngine, eos_token_ids
+from mentor_fast.rollout.sampling import sample_tokens
 
 QUESTIONS = ["What is 2 + 2?", "Tom has 17 apples and gives away 5. How many apples are left? Explain."]
 

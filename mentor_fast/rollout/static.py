@@ -9,7 +9,7 @@ graph), and everything it needs stays on the device:
 - static shapes: a chunk's S rows sit in a batch bucket of B = a power of two >= S rows; its cache
   holds L = Pb + max_new_tokens columns, Pb = the widest prompt rounded up to a power of two. A
   run meets a few (B, L) pairs and compiles each once; later calls reuse them.
-- the step samples on the device (`sample_tokens`, the loop's sampler), writes the token and its
+- the step samples on the device (`sampling.sample_tokens`, the loop's sampler), writes the token and its
   log-prob into the chunk's tables, and keeps each row's end on the device: EOS, the length limit
   and the horizon cut of generate_many's riders, the same rules as the loop.
 - the host looks every `sync_every` steps: the chunk ends when every row has; a finished row stays

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from mentor_fast.rollout.base import SamplingParams
+from mentor_fast.rollout.sampling import sample_tokens
 
 CPU_GQA_ATTENTION = "mentor_fast_sdpa_gqa"  # the HF engine's SDPA on a CPU (hf.sdpa_gqa_attention)
 SDPA_FAMILY = ("sdpa", CPU_GQA_ATTENTION)
@@ -117,8 +118,6 @@ class RowState:
 def sample_and_record(st: RowState, logits: torch.Tensor, params: SamplingParams, pad: int) -> None:
     """Sample the token at index `st.step` for every slot and apply the loop's end rules: EOS, the
     length limit, and (once no leader row is live) the horizon cut of a rider at ceil(h x lead)."""
-    from mentor_fast.rollout.hf import sample_tokens  # hf imports this module
-
     s = st.step.view(1)
     u = st.u.index_select(1, s).squeeze(1)  # [B]
     tok, lp = sample_tokens(logits, u, params)

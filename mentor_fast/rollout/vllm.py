@@ -40,7 +40,8 @@ from mentor_fast.rollout.base import (
     check_request,
     refuse_horizon,
 )
-from mentor_fast.rollout.hf import eos_token_ids, row_seed
+from mentor_fast.rollout.hf import eos_token_ids
+from mentor_fast.rollout.sampling import row_seed
 from mentor_fast.rollout.vllm_setup import (
     generation_config,
     import_vllm,
