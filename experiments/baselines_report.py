@@ -145,10 +145,10 @@ def paired_verdict(diffs: list[float], lo: float, hi: float) -> str:
     interval that excludes 0 and the exact sign-flip test at p < 0.05. The two checks guard each other:
     the percentile bootstrap is too narrow over few seeds (over 2 it is their min-max), and the test
     alone says nothing of the size."""
-    if len(diffs) < MIN_SEEDS_TO_RANK:
-        return f"too few seeds to rank: under {MIN_SEEDS_TO_RANK}"
-    p = sign_flip_p(diffs)
     ahead = sum(d > 0 for d in diffs)
+    if len(diffs) < MIN_SEEDS_TO_RANK:
+        return f"{ahead} of {len(diffs)} seeds > 0; too few seeds to rank"
+    p = sign_flip_p(diffs)
     verdict = "supported" if (lo > 0 or hi < 0) and p < 0.05 else "not supported"
     return f"{ahead} of {len(diffs)} seeds > 0, sign-flip p = {p:.3f}; {verdict}"
 

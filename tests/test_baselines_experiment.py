@@ -189,8 +189,8 @@ def test_a_paired_difference_is_supported_only_over_enough_seeds_with_the_interv
         return baselines_report.paired_verdict(diffs, lo, hi)
 
     # two seeds far apart from 0: their bootstrap interval is their min-max, which proves nothing
-    assert verdict([0.4, 0.5]).startswith("too few seeds to rank")
-    assert verdict([0.1] * 5).startswith("too few seeds to rank")  # 2/32 > 0.05 even when all agree
+    assert verdict([0.4, 0.5]) == "2 of 2 seeds > 0; too few seeds to rank"
+    assert verdict([0.1] * 5) == "5 of 5 seeds > 0; too few seeds to rank"  # 2/32 > 0.05 even when all agree
     assert verdict([0.30, 0.20, 0.25, 0.35, 0.28, 0.22, 0.31, 0.26]) == "8 of 8 seeds > 0, sign-flip p = 0.008; supported"
     # a mean difference carried by one large seed: 7 small negatives and one large positive
     assert verdict([-0.02] * 7 + [0.5]).endswith("not supported")
