@@ -258,7 +258,8 @@ if wanted step_more; then
     [ -f "$OUTDIR/gpu_step.json" ] && mv "$OUTDIR/gpu_step.json" "$OUTDIR/gpu_step_more.json"
 fi
 
-# 7. a tiny training run with the fused loss against one with the reference loss (the same samples every step)
+# 7. a tiny training run with the fused loss against one with the reference loss (the same samples every step),
+#    and the fused run again: on the CPU the same run bit for bit, on a GPU the run-to-run spread
 mkdir -p "$WORK/rewards"
 cat >"$WORK/rewards/gpu_check_rewards.py" <<'EOF'
 def shorter_is_better(completions, **columns):
@@ -269,12 +270,12 @@ MF=("$VPY" -m mentor_fast.cli)
 [ -x "$WORK/venv/bin/mentor-fast" ] && MF=("$WORK/venv/bin/mentor-fast")
 STEPS=3
 if wanted train; then
-    for impl in reference fused; do
-        PYTHONPATH="$WORK/rewards${PYTHONPATH:+:$PYTHONPATH}" stage "train_$impl" 60 "${MF[@]}" train \
-            --config configs/tiny_test.yaml "output_dir=$WORK/train_$impl" "loss.impl=$impl" "model.device=$DEVICE" \
-            "trainer.max_steps=$STEPS" trainer.tensorboard=false trainer.progress=false model.tf32=false model.liger=false \
-            'reward.functions=["gpu_check_rewards:shorter_is_better"]'
-        [ -f "$WORK/train_$impl/metrics.jsonl" ] && cp "$WORK/train_$impl/metrics.jsonl" "$OUTDIR/train_${impl}_metrics.jsonl"
+    for run in reference fused fused_again; do
+        PYTHONPATH="$WORK/rewards${PYTHONPATH:+:$PYTHONPATH}" stage "train_$run" 60 "${MF[@]}" train \
+            --config configs/tiny_test.yaml "output_dir=$WORK/train_$run" "loss.impl=${run%_again}" \
+            "model.device=$DEVICE" "trainer.max_steps=$STEPS" trainer.tensorboard=false trainer.progress=false \
+            model.tf32=false model.liger=false 'reward.functions=["gpu_check_rewards:shorter_is_better"]'
+        [ -f "$WORK/train_$run/metrics.jsonl" ] && cp "$WORK/train_$run/metrics.jsonl" "$OUTDIR/train_${run}_metrics.jsonl"
     done
 fi
 
@@ -295,7 +296,7 @@ fi
 
 # --- ONE table (benchmarks/gpu_check_table.py reads what the stages left in $OUTDIR) -------------------------------------
 rcs=()
-for name in pytest kernels step_trl gen update step_more train_reference train_fused vllm_colocate; do
+for name in pytest kernels step_trl gen update step_more train_reference train_fused train_fused_again vllm_colocate; do
     rcs+=("$name=${RC[$name]:-none}")
 done
 "$VPY" benchmarks/gpu_check_table.py "$OUTDIR" "$MODE" "$(( $(date +%s) - T0 ))" "$BUDGET" "$STEPS" "$VLLM_STEPS" \

@@ -6,8 +6,9 @@
 Rows: the tests; the machine; the kernel table (per shape: time, x its floor, TFLOP/s, peak memory, the
 fp64 check); the step against TRL (tokens/s and peak memory, and the targets: >= 4x TRL's tokens/s at no
 more peak memory); the decode modes (tokens/s, x the eager loop; target >= 10x); the update (target <=
-150 ms); MENTOR's re-roll cost; the 1.5B shape's steps; the fused-vs-reference training runs; vLLM's
-weight sync. A stage that failed or left no result fails the check (exit 1); a target missed is said in
+150 ms); MENTOR's re-roll cost; the 1.5B shape's steps; the fused-vs-reference training runs; the fused
+run again (on the CPU the same run bit for bit, or the check fails; on a GPU the run-to-run spread, which
+is reported, not failed: trainer.deterministic is off there by default); vLLM's weight sync. A stage that failed or left no result fails the check (exit 1); a target missed is said in
 its row and does not. Every figure's JSON and log stay in OUTDIR.
 """
 
@@ -224,6 +225,39 @@ def training(t: Table, out: Path, rcs: dict, steps: int, mode: str) -> None:
           + (f" | FAIL: {', '.join(bad[:4])}" if bad else ""), not bad and ref[0]["grad_norm"] > 0)
 
 
+def repeat(t: Table, out: Path, rcs: dict, steps: int, mode: str) -> None:
+    """The fused run twice, the same command: every metric but the timings compared exactly (as
+    experiments/same_run.py does). A difference fails the CPU check; on a GPU it is the spread."""
+    from mentor_fast.trainer import TIMING_PREFIXES
+
+    what = "training run to run (fused, same seed)"
+    if rcs.get("train_fused_again", "none") == "none":
+        return
+    a, b = metrics(out, "fused"), metrics(out, "fused_again")
+    if rcs["train_fused"] != "0" or rcs["train_fused_again"] != "0" or len(a) != steps or len(b) != steps:
+        t.add(what, "no comparison", f"exit {rcs['train_fused']}/{rcs['train_fused_again']}; "
+              f"steps {len(a)}/{len(b)} of {steps}", rcs["train_fused_again"] == "budget")
+        return
+    first, first_keys, spread = None, [], {}
+    for x, y in zip(a, b):
+        x, y = ({k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in (x, y))
+        keys = sorted(k for k in x.keys() | y.keys() if x.get(k) != y.get(k))
+        if keys and first is None:
+            first, first_keys = x["step"], keys
+        for k in keys:
+            if isinstance(x.get(k), (int, float)) and isinstance(y.get(k), (int, float)):
+                spread[k] = max(spread.get(k, 0.0), abs(x[k] - y[k]))
+    setting = f"tiny model on {mode}; trainer.deterministic=auto ({'on' if mode == 'cpu' else 'off'} here)"
+    if first is None:
+        t.add(what, f"{steps} steps, every metric equal bit for bit", setting)
+        return
+    worst = ", ".join(f"{k} {spread[k]:.1e}" for k in ("loss", "grad_norm", "entropy", "reward/mean") if k in spread)
+    t.add(what, f"part at step {first}: {', '.join(first_keys[:4])}",
+          f"{setting}; max |a - b| {worst or '-'}"
+          + (" (the run-to-run spread)" if mode == "gpu" else " | FAIL: a CPU run must repeat bit for bit"),
+          ok=mode == "gpu")
+
+
 def vllm(t: Table, out: Path, rc: str, have: bool, steps: int, mode: str) -> None:
     if not have:
         t.add("vllm colocate: weight sync", "skipped: vllm not installed", "runs where `import vllm` works")
@@ -251,6 +285,7 @@ def main(argv: list[str]) -> int:
         if rcs[name] != "none":
             fn(t, out, rcs[name])
     training(t, out, rcs, steps, mode)
+    repeat(t, out, rcs, steps, mode)
     vllm(t, out, rcs["vllm_colocate"], have_vllm, vllm_steps, mode)
     w0, w1 = max(len(r[0]) for r in t.rows), min(60, max(len(r[1]) for r in t.rows))
     line = "-" * 150
