@@ -34,8 +34,8 @@ from typing import NamedTuple
 import torch
 
 from .chunked import LMHead
+from .options import BN_MIN
 
-BN_MIN = 64  # the narrowest vocab tile of the autotuner's configs: the statistics have a slot per BN_MIN columns
 CAP = 64.0  # P' <= e^64: V * e^64 * |W| stays far below fp32's 3.4e38 in the backward GEMMs
 _F32 = torch.float32
 

@@ -19,6 +19,11 @@ import torch
 from .enums import Backend
 from .settings import AdvantageConfig, LossConfig, Range, check_ranges
 
+# The GEMM head's narrowest vocab tile (kernels/triton_gemm.py's autotuner configs): its statistics have a
+# slot per BN_MIN columns. Here, not in gemm_head.py, so that the jit module and its launcher share it
+# without importing each other.
+BN_MIN = 64
+
 
 @dataclass
 class GRPOOptions(LossConfig):

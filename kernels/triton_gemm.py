@@ -11,7 +11,7 @@ import os
 import triton
 import triton.language as tl
 
-from .gemm_head import BN_MIN
+from .options import BN_MIN
 
 
 def _configs():
