@@ -19,7 +19,7 @@ Parts:
   a random model's only signal). Also ours with gradient checkpointing on, TRL's setting, for a like-for-
   like memory figure (GPU only). Runs alternate ours, TRL, ours-gc; the figures are medians over steps 2..N.
 - mentor: ours as above, vanilla against MENTOR (worked_solutions writer, re-rolls riding in the next
-  step's generate call: mentor.reroll.schedule=next_step_extra_rows). The random model fails every
+  step's generate call: recovery.reroll.schedule=next_step_extra_rows). The random model fails every
   group, so MENTOR works its whole budget every step: the worst case of what re-rolls cost.
 - big: the one-H200 recipe (configs/qwen2.5-1.5b-instruct_gpu.yaml) on the 1.5B-shaped model with
   rollout.engine=hf (vLLM cannot reach the lent machine), the built-in ladder for data (no GSM8K on
@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 REWARD = 'reward.functions=["trl_baseline:shorter_is_better"]'
 OURS = ["trainer.threads=0", REWARD]  # the bench's BASE pins 2 threads for the CPU; a GPU run takes torch's default
 GC_ON = ["model.gradient_checkpointing=true"]
-MENTOR = ["mentor.enable=true", "mentor.agents.backend=worked_solutions", "mentor.reroll.schedule=next_step_extra_rows"]
+MENTOR = ["mentor.enable=true", "mentor.agents.backend=worked_solutions", "recovery.reroll.schedule=next_step_extra_rows"]
 STAGES = ("gen", "reward", "old_logprob", "mentor", "update", "weight_sync")
 
 

@@ -32,7 +32,7 @@ initial-rollout all-fail fraction against the step).
 level 2 (the plan), one round of 2 re-rolls per failed group, riding in the next step's generate
 call (--mentor-async true), cut at the merged call's longest initial rollout (--mentor-horizon 1)
 and decoded in the rows of the step's last prompts (--mentor-budget shared, so MENTOR decodes
-about as many rows a step as vanilla: mentor.reroll.schedule=next_step_shared_rows), and
+about as many rows a step as vanilla: recovery.reroll.schedule=next_step_shared_rows), and
 self-distillation (--mentor-distill 1.0, mentor.loss.distill_coef). --task code is the experiment
 of docs/experiments/collapse_code.md: the code ladder's jump from levels 1-2 to level 5, a
 supervised warm-up of 20 steps x 8 rows with hinted rows of levels 3-4, 128 new tokens and no
@@ -100,7 +100,7 @@ def _common(args, out: Path, seed: int) -> list[str]:
 
 
 def reroll_schedule(args) -> str:
-    """mentor.reroll.schedule from --mentor-async and --mentor-budget: within the step, or riding in the
+    """recovery.reroll.schedule from --mentor-async and --mentor-budget: within the step, or riding in the
     next step's generate call on top of its rows (extra) or in them (shared)."""
     if args.mentor_async == "false":
         return "in_step"
@@ -110,8 +110,8 @@ def reroll_schedule(args) -> str:
 def _reroll_budget(args) -> list[str]:
     """The budget knobs MENTOR and Scaf share: when the re-rolls run, how many a round, where they are
     cut."""
-    return [f"mentor.reroll.schedule={reroll_schedule(args)}", f"mentor.reroll.count={args.mentor_rerolls}",
-            f"mentor.reroll.horizon={args.mentor_horizon}"]
+    return [f"recovery.reroll.schedule={reroll_schedule(args)}", f"recovery.reroll.count={args.mentor_rerolls}",
+            f"recovery.reroll.horizon={args.mentor_horizon}"]
 
 
 def _vanilla(args) -> list[str]:
@@ -128,12 +128,12 @@ def _scaf(args) -> list[str]:
 
 
 def _luffy(args) -> list[str]:
-    return ["method=luffy"]  # which groups: mentor.trigger's defaults, as for MENTOR
+    return ["method=luffy"]  # which groups: recovery.trigger's defaults, as for MENTOR
 
 
 def _mentor(args) -> list[str]:
     return ["method=mentor", "mentor.agents.backend=worked_solutions", *_reroll_budget(args),
-            f"mentor.trigger.start_level={args.mentor_start_level}", f"mentor.reroll.max_rounds={args.mentor_rounds}",
+            f"recovery.trigger.start_level={args.mentor_start_level}", f"recovery.reroll.max_rounds={args.mentor_rounds}",
             f"mentor.loss.mode={args.mentor_loss_mode}", f"mentor.loss.distill_coef={args.mentor_distill}",
             *args.mentor_set]
 
@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--post-lr", type=float, default=2e-5, help="learning rate after the jump (0: --lr)")
     p.add_argument("--loss-impl", default="fused")
     p.add_argument("--mentor-async", default="true", choices=("true", "false"),
-                   help="false: hints and re-rolls within the step (mentor.reroll.schedule=in_step, no "
+                   help="false: hints and re-rolls within the step (recovery.reroll.schedule=in_step, no "
                         "horizon); true: the first round rides in the next step's call")
     p.add_argument("--mentor-start-level", type=int, default=2,
                    help="first hint level; on the arithmetic jumps only level 3 rescues the warmed-up 135M model, "
@@ -295,16 +295,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mentor-rounds", type=int, default=1)
     p.add_argument("--mentor-rerolls", type=int, default=2)
     p.add_argument("--mentor-set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="further overrides for the three mentor arms only, e.g. mentor.trigger.max_groups_frac=0.5")
+                   help="further overrides for the three mentor arms only, e.g. recovery.trigger.max_groups_frac=0.5")
     p.add_argument("--mentor-horizon", type=float, default=None,
-                   help="mentor.reroll.horizon: re-rolls cut at this many times the merged call's longest "
+                   help="recovery.reroll.horizon: re-rolls cut at this many times the merged call's longest "
                         "initial rollout (0: off; else >= 1); for the mentor arms and scaf. Default 1 for "
                         "math, 0 for code (and for --mentor-async false, where nothing rides): a plan makes a "
                         "program longer than the one-line attempts it answers, and the cut re-rolls could "
                         "not rescue (docs/experiments/collapse_code.md)")
     p.add_argument("--mentor-budget", default="shared", choices=("extra", "shared"),
                    help="with --mentor-async true, whose rows the merged re-rolls take: shared takes them out of "
-                        "the step's own (the step skips its last prompts; mentor.reroll.schedule="
+                        "the step's own (the step skips its last prompts; recovery.reroll.schedule="
                         "next_step_shared_rows), so MENTOR decodes as many rows as vanilla; extra adds them "
                         "(next_step_extra_rows)")
     p.add_argument("--step-without-signal", default="false", choices=("true", "false"),

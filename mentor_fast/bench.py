@@ -30,7 +30,7 @@ from pathlib import Path
 # compute-matched comparison. "default_fp32" is what a user gets: it also skips the forward and
 # backward of zero-advantage sequences, so its update time depends on how many groups are uniform.
 FULL = ["trainer.skip_zero_advantage=false"]
-MENTOR_ASYNC = ["mentor.enable=true", "mentor.reroll.schedule=next_step_extra_rows"]  # the default schedule
+MENTOR_ASYNC = ["mentor.enable=true", "recovery.reroll.schedule=next_step_extra_rows"]  # the default schedule
 VARIANTS: dict[str, list[str]] = {
     "vanilla_fp32": ["loss.impl=reference", "trainer.shared_prompt_forward=false", *FULL],
     "reference_fp32": ["loss.impl=reference", *FULL],
@@ -39,21 +39,21 @@ VARIANTS: dict[str, list[str]] = {
     "reference_bf16": ["loss.impl=reference", "model.autocast_bf16=true", *FULL],
     "fused_bf16": ["loss.impl=fused", "model.autocast_bf16=true", *FULL],
     "mentor_async_fused_fp32": ["loss.impl=fused", *MENTOR_ASYNC, *FULL],
-    "mentor_sync_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "mentor.reroll.schedule=in_step", *FULL],
+    "mentor_sync_fused_fp32": ["loss.impl=fused", "mentor.enable=true", "recovery.reroll.schedule=in_step", *FULL],
     # MENTOR with the defaults
     "mentor_async_fp32": MENTOR_ASYNC,
     # MENTOR on a smaller re-roll budget: at most half the groups (surge included), 2 re-rolls each
-    "mentor_async_budget_fp32": [*MENTOR_ASYNC, "mentor.reroll.count=2", "mentor.trigger.max_groups_frac=0.5",
-                                 "mentor.trigger.surge_groups_frac=0.5"],
-    # Re-rolls may not outlast the merged call's initial rollouts (mentor.reroll.horizon=1).
-    "mentor_async_cut_fp32": [*MENTOR_ASYNC, "mentor.reroll.horizon=1"],
-    "mentor_async_rerolls2_cut_fp32": [*MENTOR_ASYNC, "mentor.reroll.count=2", "mentor.reroll.horizon=1"],
+    "mentor_async_budget_fp32": [*MENTOR_ASYNC, "recovery.reroll.count=2", "recovery.trigger.max_groups_frac=0.5",
+                                 "recovery.trigger.surge_groups_frac=0.5"],
+    # Re-rolls may not outlast the merged call's initial rollouts (recovery.reroll.horizon=1).
+    "mentor_async_cut_fp32": [*MENTOR_ASYNC, "recovery.reroll.horizon=1"],
+    "mentor_async_rerolls2_cut_fp32": [*MENTOR_ASYNC, "recovery.reroll.count=2", "recovery.reroll.horizon=1"],
     # The 8 re-roll rows above taken out of the step's own rows (next_step_shared_rows): the
     # step skips its last prompt(s) instead of decoding more rows.
-    "mentor_async_rerolls2_cut_shared_fp32": ["mentor.enable=true", "mentor.reroll.schedule=next_step_shared_rows",
-                                              "mentor.reroll.count=2", "mentor.reroll.horizon=1"],
-    "mentor_async_budget_cut_fp32": [*MENTOR_ASYNC, "mentor.reroll.count=2", "mentor.trigger.max_groups_frac=0.5",
-                                     "mentor.trigger.surge_groups_frac=0.5", "mentor.reroll.horizon=1"],
+    "mentor_async_rerolls2_cut_shared_fp32": ["mentor.enable=true", "recovery.reroll.schedule=next_step_shared_rows",
+                                              "recovery.reroll.count=2", "recovery.reroll.horizon=1"],
+    "mentor_async_budget_cut_fp32": [*MENTOR_ASYNC, "recovery.reroll.count=2", "recovery.trigger.max_groups_frac=0.5",
+                                     "recovery.trigger.surge_groups_frac=0.5", "recovery.reroll.horizon=1"],
 }
 # TRL's GRPOTrainer through the project's runner (benchmarks/trl_baseline.py, run from a virtualenv
 # with trl installed: --trl-python), alternated with ours on the same machine state.

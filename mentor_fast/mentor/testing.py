@@ -127,7 +127,7 @@ def make_group(
 def mentor_configs(*overrides: str, enable: bool = True):
     """A MentorConfig and its budget (RecoveryConfig) through the real loader, to pass as
     `Mentor(*mentor_configs(...), backend, builder)`: `mentor_configs("reroll.count=2", "trigger.start_level=3")`
-    gives what `mentor.reroll.count=2 mentor.trigger.start_level=3` on the command line gives."""
+    gives what `recovery.reroll.count=2 recovery.trigger.start_level=3` on the command line gives."""
     from mentor_fast.config import load_config
 
     keys = [f"mentor.enable={str(enable).lower()}", *(f"mentor.{o}" for o in overrides)]
