@@ -12,10 +12,10 @@ the number of seeds, and the mean machine load while the arm trained
 each seed ran ("-" for seeds run before it was recorded). With --per-seed, a second table gives every
 arm and seed on its own row; with --intervals, a third gives each arm's mean with its 95% bootstrap
 interval and MENTOR's paired difference to each baseline (same seeds) with its interval, the seeds on
-which it is positive and the exact sign-flip test's p-value; a difference is called supported only
-over 6 or more seeds, with the interval off 0 and p < 0.05. The figure: the
-all-fail fraction of the initial rollouts, mean over seeds, against the post-jump step and against
-the cumulative generated tokens (arms compared at equal generation).
+which it is positive and the exact sign-flip test's p-value, Holm-adjusted over the baselines; a
+difference is called supported only over 6 or more seeds, with the interval off 0 and the adjusted
+p < 0.05. The figure: the all-fail fraction of the initial rollouts, mean over seeds, against the
+post-jump step and against the cumulative generated tokens (arms compared at equal generation).
 """
 
 from __future__ import annotations
@@ -140,25 +140,61 @@ def sign_flip_p(diffs: list[float]) -> float:
     return float((np.abs((signs * x).mean(1)) >= observed - 1e-12).mean())
 
 
-def paired_verdict(diffs: list[float], lo: float, hi: float) -> str:
+def holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (MENTOR against each baseline on one metric):
+    the smallest times m, the next times m - 1, ..., each at least the one before; a family-wise error
+    of 5% when each adjusted p is read against 0.05."""
+    order = sorted(pvalues, key=pvalues.get)
+    out, running = {}, 0.0
+    for i, name in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * pvalues[name]))
+        out[name] = running
+    return out
+
+
+def paired_verdict(diffs: list[float], lo: float, hi: float, p: float, p_family: float, family: int) -> str:
     """What the data say of a paired difference: "supported" needs enough seeds, a 95% bootstrap
-    interval that excludes 0 and the exact sign-flip test at p < 0.05. The two checks guard each other:
-    the percentile bootstrap is too narrow over few seeds (over 2 it is their min-max), and the test
-    alone says nothing of the size."""
+    interval that excludes 0, and the exact sign-flip test at p < 0.05 after Holm's adjustment over the
+    `family` baselines compared on the metric. The checks guard each other: the percentile bootstrap is
+    too narrow over few seeds (over 2 it is their min-max), the test alone says nothing of the size,
+    and four comparisons at 5% each would find a difference by chance one time in six."""
     ahead = sum(d > 0 for d in diffs)
     if len(diffs) < MIN_SEEDS_TO_RANK:
         return f"{ahead} of {len(diffs)} seeds > 0; too few seeds to rank"
-    p = sign_flip_p(diffs)
-    verdict = "supported" if (lo > 0 or hi < 0) and p < 0.05 else "not supported"
-    return f"{ahead} of {len(diffs)} seeds > 0, sign-flip p = {p:.3f}; {verdict}"
+    verdict = "supported" if (lo > 0 or hi < 0) and p_family < 0.05 else "not supported"
+    held = f", Holm over {family}: {p_family:.3f}" if family > 1 else ""
+    return f"{ahead} of {len(diffs)} seeds > 0, sign-flip p = {p:.3f}{held}; {verdict}"
+
+
+def paired_diffs(results: dict, ref: str, key: str) -> dict[str, list[float]]:
+    """Per arm but `ref`, `ref` minus it on the seeds both ran, in seed order (arms sharing fewer than
+    two seeds with `ref` left out)."""
+    arms = results["arms"]
+    if ref not in arms:
+        return {}
+    out = {}
+    for arm, entry in arms.items():
+        common = sorted(set(entry["seeds"]) & set(arms[ref]["seeds"]), key=int)
+        if arm != ref and len(common) >= 2:
+            out[arm] = [arms[ref]["seeds"][k][key] - entry["seeds"][k][key] for k in common]
+    return out
 
 
 def intervals_table(results: dict, ref: str = "mentor") -> str:
     """Per arm and efficacy metric, the mean over seeds with its 95% bootstrap interval; per baseline,
     `ref` minus it on the seeds both ran (paired, so a seed's shared start cancels) with its interval,
-    on how many seeds it is positive, the exact sign-flip p-value, and whether the data support a
-    difference (`paired_verdict`)."""
+    on how many seeds it is positive, the exact sign-flip p-value (Holm-adjusted over the baselines
+    ranked on that metric), and whether the data support a difference (`paired_verdict`)."""
     arms = results["arms"]
+    cells_of: dict[tuple[str, str], str] = {}
+    for key, _, d in INTERVAL_METRICS:
+        diffs = paired_diffs(results, ref, key)
+        p = {arm: sign_flip_p(x) for arm, x in diffs.items() if len(x) >= MIN_SEEDS_TO_RANK}
+        p_family = holm(p)
+        for arm, x in diffs.items():
+            lo, hi = bootstrap_ci(x)
+            verdict = paired_verdict(x, lo, hi, p.get(arm, 1.0), p_family.get(arm, 1.0), len(p))
+            cells_of[arm, key] = f"{statistics.mean(x):+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}] ({verdict})"
     head = ["arm", "seeds"] + [f"{name}: mean [95% CI]" for _, name, _ in INTERVAL_METRICS]
     head += [f"{ref} - arm, {name} [95% CI]" for _, name, _ in INTERVAL_METRICS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -169,18 +205,7 @@ def intervals_table(results: dict, ref: str = "mentor") -> str:
             vals = [s[key] for s in seeds.values()]
             lo, hi = bootstrap_ci(vals)
             cells.append(f"{statistics.mean(vals):.{d}f} [{lo:.{d}f}, {hi:.{d}f}]")
-        for key, _, d in INTERVAL_METRICS:
-            if arm == ref or ref not in arms:
-                cells.append("-")
-                continue
-            common = sorted(set(seeds) & set(arms[ref]["seeds"]), key=int)
-            diffs = [arms[ref]["seeds"][k][key] - seeds[k][key] for k in common]
-            if len(diffs) < 2:
-                cells.append("-")
-                continue
-            lo, hi = bootstrap_ci(diffs)
-            cells.append(f"{statistics.mean(diffs):+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}] "
-                         f"({paired_verdict(diffs, lo, hi)})")
+        cells += [cells_of.get((arm, key), "-") for key, _, _ in INTERVAL_METRICS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

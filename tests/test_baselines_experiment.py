@@ -184,9 +184,10 @@ def test_the_sign_flip_test_is_exact_and_symmetric():
 
 
 def test_a_paired_difference_is_supported_only_over_enough_seeds_with_the_interval_and_the_test_agreeing():
-    def verdict(diffs):
+    def verdict(diffs):  # a family of one comparison
         lo, hi = baselines_report.bootstrap_ci(diffs)
-        return baselines_report.paired_verdict(diffs, lo, hi)
+        p = baselines_report.sign_flip_p(diffs)
+        return baselines_report.paired_verdict(diffs, lo, hi, p, p, 1)
 
     # two seeds far apart from 0: their bootstrap interval is their min-max, which proves nothing
     assert verdict([0.4, 0.5]) == "2 of 2 seeds > 0; too few seeds to rank"
@@ -194,8 +195,20 @@ def test_a_paired_difference_is_supported_only_over_enough_seeds_with_the_interv
     assert verdict([0.30, 0.20, 0.25, 0.35, 0.28, 0.22, 0.31, 0.26]) == "8 of 8 seeds > 0, sign-flip p = 0.008; supported"
     # a mean difference carried by one large seed: 7 small negatives and one large positive
     assert verdict([-0.02] * 7 + [0.5]).endswith("not supported")
+    # significant alone, not once the comparison is one of a family of four
+    diffs = [0.30, 0.20, 0.25, 0.35, 0.28, -0.05, 0.31, 0.26]
+    p = baselines_report.sign_flip_p(diffs)
+    assert 0.0125 < p < 0.05 and verdict(diffs).endswith("; supported")
+    assert baselines_report.paired_verdict(diffs, 0.1, 0.3, p, 4 * p, 4).endswith(f"Holm over 4: {4 * p:.3f}; not supported")
     # a wide spread around 0
     assert verdict([0.3, -0.25, 0.1, -0.2, 0.15, -0.1, 0.05, -0.02]).endswith("not supported")
+
+
+def test_holm_scales_the_smallest_p_by_the_family_and_keeps_the_order():
+    adjusted = baselines_report.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
+    assert adjusted == pytest.approx({"a": 0.04, "c": 0.09, "b": 0.09, "d": 0.5})
+    assert baselines_report.holm({"a": 0.4, "b": 0.3}) == pytest.approx({"b": 0.6, "a": 0.6})
+    assert baselines_report.holm({}) == {}
 
 
 def test_the_intervals_table_pairs_seeds_and_says_which_differences_the_data_support(tmp_path, capsys):
@@ -213,10 +226,11 @@ def test_the_intervals_table_pairs_seeds_and_says_which_differences_the_data_sup
     interval_rows = out.rsplit("[95% CI]", 1)[1].splitlines()  # the third table, after its header
     vanilla, luffy = (next(line for line in interval_rows if line.startswith(f"| {arm} | 8 |")) for arm in ("vanilla", "luffy"))
     # paired: the seeds' spread cancels, so the held-out difference is exactly +0.3 with no width
-    assert "+0.300 [+0.300, +0.300] (8 of 8 seeds > 0, sign-flip p = 0.008; supported)" in vanilla
-    assert "-0.400 [-0.400, -0.400] (0 of 8 seeds > 0, sign-flip p = 0.008; supported)" in vanilla
+    # two baselines ranked on each metric: vanilla's p of 2/256 is doubled by Holm's adjustment
+    assert "+0.300 [+0.300, +0.300] (8 of 8 seeds > 0, sign-flip p = 0.008, Holm over 2: 0.016; supported)" in vanilla
+    assert "-0.400 [-0.400, -0.400] (0 of 8 seeds > 0, sign-flip p = 0.008, Holm over 2: 0.016; supported)" in vanilla
     # equal all-fail fractions, and held-out differences of +-0.1 that cancel: p = 1 on both
-    assert luffy.count("+0.000 [") == 2 and luffy.count("p = 1.000; not supported") == 2
+    assert luffy.count("+0.000 [") == 2 and luffy.count("p = 1.000, Holm over 2: 1.000; not supported") == 2
 
 
 def test_the_plotted_curve_is_a_trailing_mean_that_keeps_the_first_steps():
