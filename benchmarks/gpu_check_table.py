@@ -228,7 +228,8 @@ def training(t: Table, out: Path, rcs: dict, steps: int, mode: str) -> None:
 def repeat(t: Table, out: Path, rcs: dict, steps: int, mode: str) -> None:
     """The fused run twice, the same command: every metric but the timings compared exactly (as
     experiments/same_run.py does). A difference fails the CPU check; on a GPU it is the spread."""
-    from mentor_fast.trainer import TIMING_PREFIXES
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import same_run  # here, not at the top: it needs the project, and the other rows of the table do not
 
     what = "training run to run (fused, same seed)"
     if rcs.get("train_fused_again", "none") == "none":
@@ -238,21 +239,14 @@ def repeat(t: Table, out: Path, rcs: dict, steps: int, mode: str) -> None:
         t.add(what, "no comparison", f"exit {rcs['train_fused']}/{rcs['train_fused_again']}; "
               f"steps {len(a)}/{len(b)} of {steps}", rcs["train_fused_again"] == "budget")
         return
-    first, first_keys, spread = None, [], {}
-    for x, y in zip(a, b):
-        x, y = ({k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in (x, y))
-        keys = sorted(k for k in x.keys() | y.keys() if x.get(k) != y.get(k))
-        if keys and first is None:
-            first, first_keys = x["step"], keys
-        for k in keys:
-            if isinstance(x.get(k), (int, float)) and isinstance(y.get(k), (int, float)):
-                spread[k] = max(spread.get(k, 0.0), abs(x[k] - y[k]))
+    r = same_run.compare_rows(a, b)
+    first, spread = r["first_step"], r["max_abs_diff"]
     setting = f"tiny model on {mode}; trainer.deterministic=auto ({'on' if mode == 'cpu' else 'off'} here)"
-    if first is None:
+    if first is None and not r["first_keys"]:
         t.add(what, f"{steps} steps, every metric equal bit for bit", setting)
         return
     worst = ", ".join(f"{k} {spread[k]:.1e}" for k in ("loss", "grad_norm", "entropy", "reward/mean") if k in spread)
-    t.add(what, f"part at step {first}: {', '.join(first_keys[:4])}",
+    t.add(what, f"part at step {first}: {', '.join(r['first_keys'][:4])}",
           f"{setting}; max |a - b| {worst or '-'}"
           + (" (the run-to-run spread)" if mode == "gpu" else " | FAIL: a CPU run must repeat bit for bit"),
           ok=mode == "gpu")

@@ -52,10 +52,9 @@ def differing(a: dict, b: dict) -> list[str]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
-def compare(run_a: Path, run_b: Path) -> dict:
-    """{"same": bool, "steps": n, "mentor_rows": n or None, "first_step": step or None,
+def compare_rows(rows_a: list[dict], rows_b: list[dict]) -> dict:
+    """Two runs' metrics rows, step by step, timings aside: {"steps": n, "first_step": step or None,
     "first_keys": [...], "max_abs_diff": {metric: largest |a - b| over the common steps}}."""
-    rows_a, rows_b = metric_rows(run_a), metric_rows(run_b)
     out: dict = {"steps": min(len(rows_a), len(rows_b)), "first_step": None, "first_keys": [], "max_abs_diff": {}}
     if [r["step"] for r in rows_a] != [r["step"] for r in rows_b]:
         out["first_keys"] = ["step"]
@@ -67,6 +66,13 @@ def compare(run_a: Path, run_b: Path) -> dict:
         for k in keys:
             if isinstance(x.get(k), (int, float)) and isinstance(y.get(k), (int, float)):
                 out["max_abs_diff"][k] = max(out["max_abs_diff"].get(k, 0.0), abs(x[k] - y[k]))
+    return out
+
+
+def compare(run_a: Path, run_b: Path) -> dict:
+    """`compare_rows` of the two run folders' metrics, and {"mentor_rows": n or None, "mentor_same": bool,
+    "same": bool}."""
+    out = compare_rows(metric_rows(run_a), metric_rows(run_b))
     hints_a, hints_b = mentor_rows(run_a), mentor_rows(run_b)
     out["mentor_rows"] = None if hints_a is None else len(hints_a)
     out["mentor_same"] = hints_a == hints_b
