@@ -2,11 +2,11 @@
 # The prepared GPU check, one call: the gpu-marked tests and the Triton interpreter tests on CUDA, the kernel
 # table (both heads, two shapes, Liger), the GRPO step side by side with TRL on a 0.51B Llama built in code,
 # the HF engine's decode modes against transformers' generate, the update's profile, MENTOR's re-roll cost,
-# the Qwen2.5-1.5B shape through the one-H200 recipe, a tiny fused-vs-reference training run and, where
-# `import vllm` works, a colocated-vLLM run; then ONE summary table (benchmarks/gpu_check_table.py). Exits
+# the Qwen2.5-1.5B shape through the one-H200 recipe, a tiny fused-vs-reference training run (twice: the run to
+# run spread), the cost of trainer.deterministic and, where `import vllm` works, a colocated-vLLM run; then ONE summary table (benchmarks/gpu_check_table.py). Exits
 # non-zero if anything failed; a target missed is reported as such, and a missing vllm is a skipped row.
 # Stages run in that order, each under what is left of the budget, so a slow machine skips the last ones;
-# `--only a,b` runs just those (pytest kernels step_trl gen update step_more train vllm).
+# `--only a,b` runs just those (pytest kernels step_trl gen update step_more train determinism vllm).
 #
 #   bash benchmarks/gpu_check.sh          # GPU mode when torch sees CUDA (one H200: one 10-minute call), else CPU mode
 #   bash benchmarks/gpu_check.sh --cpu    # CPU mode: the same stages on tiny shapes (what CI runs)
@@ -279,7 +279,13 @@ if wanted train; then
     done
 fi
 
-# 8. vLLM colocated in the trainer's process, asleep (level 1) during each update: the weight sync's share
+# 8. what trainer.deterministic costs the update, and how many different gradients each setting gives
+if wanted determinism; then
+    if gpu; then stage determinism 70 "$VPY" benchmarks/determinism_cost.py --out "$OUTDIR/determinism.json" --budget-s "$(left_for 70 25)"
+    else stage determinism 40 "$VPY" benchmarks/determinism_cost.py --tiny --out "$OUTDIR/determinism.json"; fi
+fi
+
+# 9. vLLM colocated in the trainer's process, asleep (level 1) during each update: the weight sync's share
 VLLM_STEPS=2
 if [ "$HAVE_VLLM" = 1 ]; then
     XV=()
@@ -296,7 +302,8 @@ fi
 
 # --- ONE table (benchmarks/gpu_check_table.py reads what the stages left in $OUTDIR) -------------------------------------
 rcs=()
-for name in pytest kernels step_trl gen update step_more train_reference train_fused train_fused_again vllm_colocate; do
+for name in pytest kernels step_trl gen update step_more train_reference train_fused train_fused_again determinism \
+        vllm_colocate; do
     rcs+=("$name=${RC[$name]:-none}")
 done
 "$VPY" benchmarks/gpu_check_table.py "$OUTDIR" "$MODE" "$(( $(date +%s) - T0 ))" "$BUDGET" "$STEPS" "$VLLM_STEPS" \

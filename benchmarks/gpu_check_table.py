@@ -8,8 +8,9 @@ fp64 check); the step against TRL (tokens/s and peak memory, and the targets: >=
 more peak memory); the decode modes (tokens/s, x the eager loop; target >= 10x); the update (target <=
 150 ms); MENTOR's re-roll cost; the 1.5B shape's steps; the fused-vs-reference training runs; the fused
 run again (on the CPU the same run bit for bit, or the check fails; on a GPU the run-to-run spread, which
-is reported, not failed: trainer.deterministic is off there by default); vLLM's weight sync. A stage that failed or left no result fails the check (exit 1); a target missed is said in
-its row and does not. Every figure's JSON and log stay in OUTDIR.
+is reported, not failed: trainer.deterministic is off there by default); trainer.deterministic's cost on
+the update, and whether it repeats the gradient bit for bit (on the CPU it must); vLLM's weight sync. A
+stage that failed or left no result fails the check (exit 1); a target missed is said in its row and does not. Every figure's JSON and log stay in OUTDIR.
 """
 
 from __future__ import annotations
@@ -252,6 +253,23 @@ def repeat(t: Table, out: Path, rcs: dict, steps: int, mode: str) -> None:
           ok=mode == "gpu")
 
 
+def determinism(t: Table, out: Path, rc: str, mode: str) -> None:
+    """trainer.deterministic's cost on the update, and the distinct gradients of each setting over the
+    same update repeated: with it on, more than one fails the CPU check (on a GPU it is reported)."""
+    d = load(out / "determinism.json")
+    if d is None:
+        t.missing("trainer.deterministic: update", rc, "determinism.log")
+        return
+    off, on = d["rows"]["off"], d["rows"]["on"]
+    ratio = f"{d['on_over_off']:.2f}x the update's time" if d.get("on_over_off") else "not timed"
+    bad = on["distinct_gradients"] > 1
+    t.add("trainer.deterministic: update", f"on: {ratio}",
+          f"{d['model']}, {d['rollouts']} rollouts; distinct gradients off {off['distinct_gradients']} of "
+          f"{off['calls']}, on {on['distinct_gradients']} of {on['calls']}"
+          + (" | FAIL: on must repeat bit for bit" if bad and mode == "cpu" else " (not bit for bit on)" if bad else ""),
+          ok=not (bad and mode == "cpu"))
+
+
 def vllm(t: Table, out: Path, rc: str, have: bool, steps: int, mode: str) -> None:
     if not have:
         t.add("vllm colocate: weight sync", "skipped: vllm not installed", "runs where `import vllm` works")
@@ -280,6 +298,8 @@ def main(argv: list[str]) -> int:
             fn(t, out, rcs[name])
     training(t, out, rcs, steps, mode)
     repeat(t, out, rcs, steps, mode)
+    if rcs.get("determinism", "none") != "none":
+        determinism(t, out, rcs["determinism"], mode)
     vllm(t, out, rcs["vllm_colocate"], have_vllm, vllm_steps, mode)
     w0, w1 = max(len(r[0]) for r in t.rows), min(60, max(len(r[1]) for r in t.rows))
     line = "-" * 150

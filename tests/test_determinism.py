@@ -178,3 +178,32 @@ def test_the_trainer_holds_the_setting_while_it_runs_and_gives_back_the_callers(
             trainer.close()
         assert not torch.are_deterministic_algorithms_enabled()
     assert not wanted("auto", torch.device("cuda")) and wanted(True, torch.device("cuda"))
+
+
+def test_the_cost_benchmarks_gradient_fingerprint_sees_one_bit_and_the_check_fails_a_cpu_update_that_varies(tmp_path):
+    """benchmarks/determinism_cost.py counts the distinct gradients of a repeated update by a fingerprint
+    per tensor; a change in the last bit of one element must change it. gpu_check's row built from its
+    JSON fails the CPU check when the setting on gave more than one gradient, and only reports it on a GPU."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import determinism_cost
+    import gpu_check_table
+
+    model = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    hashes = determinism_cost.GradientHashes(model, opt, torch.device("cpu"))
+    grads = [torch.randn_like(p) for p in model.parameters()]
+    for flip in (False, False, True):
+        for p, g in zip(model.parameters(), grads, strict=True):
+            p.grad = g.clone()
+        if flip:  # one element, its last mantissa bit
+            model.weight.grad.view(torch.int32)[1, 2] ^= 1
+        opt.step()
+    assert hashes.seen[0] == hashes.seen[1] != hashes.seen[2]
+
+    rows = {"off": {"distinct_gradients": 3, "calls": 4}, "on": {"distinct_gradients": 2, "calls": 4}}
+    (tmp_path / "determinism.json").write_text(json.dumps(
+        {"model": "m", "rollouts": 32, "rows": rows, "on_over_off": 0.9}))
+    for mode, fails in (("cpu", True), ("gpu", False)):
+        t = gpu_check_table.Table()
+        gpu_check_table.determinism(t, tmp_path, "0", mode)
+        assert bool(t.failed) is fails and "on 2 of 4" in t.rows[0][2]
