@@ -57,13 +57,22 @@ class Scripted(BaseHTTPRequestHandler):
             srv.auth.append(self.headers.get("Authorization"))
             srv.inflight += 1
             srv.max_inflight = max(srv.max_inflight, srv.inflight)
+        self.answered = False
         try:
             self._answer(srv.route(body["messages"][-1]["content"]))
         except (BrokenPipeError, ConnectionResetError):  # the client timed out first
             pass
         finally:
-            with srv.lock:
-                srv.inflight -= 1
+            self._leave()
+
+    def _leave(self):
+        """The request stops counting as in flight once its answer starts going out: the client may send
+        its next request as soon as it has read this one's, before this thread would get to a `finally`
+        (under load that made 3 in flight of a client that allows 2)."""
+        if not self.answered:
+            self.answered = True
+            with self.server.lock:
+                self.server.inflight -= 1
 
     def _answer(self, text):
         mode = text.split()[0]
@@ -83,6 +92,7 @@ class Scripted(BaseHTTPRequestHandler):
         self._send(200, json.dumps(completion(self.server.reply(text))).encode())
 
     def _send(self, code, payload):
+        self._leave()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
