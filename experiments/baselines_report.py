@@ -9,7 +9,8 @@ seeds, the standard deviation for three or more), the all-fail fraction as a rat
 (over the seeds both ran) and so the step time (seeds run on different machines compare through it),
 the number of seeds, and the mean machine load while the arm trained
 (about 2 on a quiet 2-core machine; more, and its step times are not clean), and the commit of the code
-each seed ran ("-" for seeds run before it was recorded). With --per-seed, a second table gives every
+each seed ran ("-" for seeds run before it was recorded); --max-load L takes the step times only from the
+seeds on which the arm and vanilla trained at a mean load of at most L. With --per-seed, a second table gives every
 arm and seed on its own row; with --intervals, a third gives each arm's mean with its 95% bootstrap
 interval and MENTOR's paired difference to each baseline (same seeds) with its interval, the seeds on
 which it is positive and the exact sign-flip test's p-value, Holm-adjusted over the baselines; a
@@ -64,20 +65,44 @@ def ratio_cell(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def table(results: dict) -> str:
+def quiet(row: dict, max_load: float | None) -> bool:
+    """Whether an arm-seed's step time is clean: the machine's mean load while it trained at most
+    `max_load` (None: every row counts)."""
+    return max_load is None or (row.get("load_mean") is not None and row["load_mean"] <= max_load)
+
+
+def quiet_seeds(arms: dict, arm: str, max_load: float | None) -> list[str]:
+    """The seeds on which the arm and vanilla both trained on a quiet machine (all of the arm's seeds
+    without a limit)."""
+    vanilla = arms.get("vanilla", {"seeds": {}})["seeds"]
+    return [k for k, row in arms[arm]["seeds"].items()
+            if quiet(row, max_load) and (max_load is None or (k in vanilla and quiet(vanilla[k], max_load)))]
+
+
+def table(results: dict, max_load: float | None = None) -> str:
+    """Per arm, the means and spreads over its seeds. With `max_load`, the step time and its ratio to
+    vanilla's are taken only over the seeds on which the arm and vanilla both ran at most that load,
+    and the column says how many of the arm's seeds that is."""
     arms = results["arms"]
-    head = ["arm", "seeds", *(name for _, name, _ in METRICS), "all-fail / vanilla", "s / step / vanilla", "load",
-            "code"]
+    timed = "s / step" if max_load is None else f"s / step, load <= {max_load:g} (seeds)"
+    head = ["arm", "seeds", *(name for _, name, _ in METRICS[:-1]), timed, "all-fail / vanilla",
+            "s / step / vanilla", "load", "code"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     incomplete = False
     for arm, entry in arms.items():
         seeds = list(entry["seeds"].values())
         loads = [s["load_mean"] for s in seeds if s.get("load_mean") is not None]
+        clean = quiet_seeds(arms, arm, max_load)
+        steps = [entry["seeds"][k]["s_per_step"] for k in clean]
+        step_cell = spread(steps, METRICS[-1][2]) if steps else "-"
+        if max_load is not None:
+            step_cell += f" ({len(steps)})"
         name = arm
         if any(s.get("reroll_tokens_missing") for s in seeds):
             name, incomplete = arm + " *", True
-        cells = [name, str(len(seeds)), *(spread([s[key] for s in seeds], d) for key, _, d in METRICS),
-                 ratio_cell(vs_vanilla(arms, arm)), ratio_cell(vs_vanilla(arms, arm, "s_per_step")),
+        cells = [name, str(len(seeds)), *(spread([s[key] for s in seeds], d) for key, _, d in METRICS[:-1]),
+                 step_cell, ratio_cell(vs_vanilla(arms, arm)),
+                 ratio_cell(vs_vanilla(arms, arm, "s_per_step", clean) if clean else None),
                  f"{statistics.mean(loads):.1f}" if loads else "-",
                  commits(seeds)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -264,12 +289,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--intervals", action="store_true",
                    help="also each arm's mean with its 95%% bootstrap interval, and MENTOR's paired difference "
                         "to each baseline with its interval")
+    p.add_argument("--max-load", type=float, default=None, metavar="L",
+                   help="step times only from arm-seeds (and their vanilla) trained at a mean load of at most L "
+                        "(about 2 is a quiet 2-core machine)")
     p.add_argument("--smooth", type=int, default=4, metavar="K",
                    help="plot each step's all-fail fraction as the mean of the last K steps (1: raw)")
     args = p.parse_args(argv)
     results = json.loads(args.results.read_text())
     print(f"{args.results}: {describe(results)}\n")
-    print(table(results))
+    print(table(results, args.max_load))
     if args.per_seed:
         print("\n" + per_seed_table(results))
     if args.intervals:

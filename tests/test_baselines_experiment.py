@@ -174,6 +174,26 @@ def test_the_report_tables_each_arm_over_its_seeds_and_plots_both_panels(tmp_pat
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
+def test_with_a_load_limit_step_times_come_only_from_seeds_where_the_arm_and_vanilla_ran_quiet(tmp_path, capsys):
+    """A step time taken beside other work is not the method's: --max-load keeps the seeds on which the
+    arm and vanilla both trained at most that load (a row without a recorded load counts as loaded)."""
+    results = {"setup": {"task": "math", "jump_level": 7, "post_steps": 2},
+               "arms": {"vanilla": {"seeds": {"0": seed_entry(0.8, 0.0), "1": seed_entry(1.0, 0.1, load=4.0)}},
+                        "mentor": {"seeds": {"0": seed_entry(0.4, 0.4), "1": seed_entry(0.5, 0.5, s_per_step=10.0),
+                                             "2": seed_entry(0.6, 0.6, load=None)}}}}
+    path = tmp_path / "baselines.json"
+    path.write_text(json.dumps(results))
+    baselines_report.main([str(path), "--max-load", "2.5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "s / step, load <= 2.5 (seeds)" in lines[2]
+    vanilla, mentor = (next(line for line in lines if line.startswith(f"| {arm} |")) for arm in ("vanilla", "mentor"))
+    # the efficacy columns keep every seed; the step time and its ratio only seed 0 (1: vanilla loaded,
+    # 2: no load recorded), where without the limit mentor's ratio is 1.50x (seed 1's 10 s counted)
+    assert vanilla == "| vanilla | 2 | 0.900 (0.800-1.000) | 0.050 (0.000-0.100) | 1000 (1000-1000) | 5.0 (1) " \
+                      "| 1.00x | 1.00x | 3.0 | - |"
+    assert mentor == "| mentor | 3 | 0.500 ± 0.100 | 0.500 ± 0.100 | 1000 ± 0 | 5.0 (1) | 0.50x | 1.00x | 2.0 | - |"
+
+
 def test_the_sign_flip_test_is_exact_and_symmetric():
     # every one of 8 seeds ahead: only the all-plus and all-minus patterns are as extreme, 2 of 256
     assert baselines_report.sign_flip_p([0.1] * 8) == pytest.approx(2 / 256)
