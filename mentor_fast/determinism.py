@@ -6,7 +6,7 @@ row and its keys/values to each of its completions) and the fused LM head's dW r
 tokens. torch's default CPU kernel for it adds with atomics, so the order of the additions, and the
 last bits of the sum, change from call to call; GRPO turns that into another run within a few steps.
 Under `torch.use_deterministic_algorithms` it sorts the indices and adds in order instead: the same
-bits every time, and on the CPU no slower (measured; the docs page has the figures).
+bits every time, at about the same cost on the CPU (benchmarks/determinism_cost.py; the docs page has the figures).
 
 `warn_only`: an op without a deterministic version warns instead of stopping the run. torch's filling
 of uninitialised memory, which the deterministic mode turns on, stays off: the fused head allocates
@@ -24,7 +24,7 @@ import torch
 
 
 def wanted(setting: bool | str, device: torch.device) -> bool:
-    """trainer.deterministic: auto is on for the CPU, where it costs nothing, off elsewhere."""
+    """trainer.deterministic: auto is on for the CPU, where it costs about 1% of the update, off elsewhere."""
     return device.type == "cpu" if setting == "auto" else bool(setting)
 
 

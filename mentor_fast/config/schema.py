@@ -331,8 +331,8 @@ class TrainerConfig:
     """torch's deterministic algorithms for the run (mentor_fast/determinism.py): gradients that
     several rows add into one place (index_put_ with repeated indices: the shared-prompt forward's
     backward, the fused head's dW) are summed in a fixed order, so the same commit, config, seed and
-    thread count give the same run bit for bit. auto: on for the CPU, where it costs nothing
-    (measured); off on CUDA, where its cost is unmeasured and attention backward and vLLM stay
+    thread count give the same run bit for bit. auto: on for the CPU, where it costs 1.01x the
+    update (benchmarks/determinism_cost.py); off on CUDA, where its cost is unmeasured and attention backward and vLLM stay
     nondeterministic anyway (docs/experiments/reproducibility.md)."""
 
 
