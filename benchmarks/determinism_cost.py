@@ -26,7 +26,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -88,6 +87,7 @@ def main() -> None:
     args = ap.parse_args()
     from mentor_fast.kernels import GRPOOptions
 
+    from mentor_fast.bench import versions
     from mentor_fast.config import OptimConfig, TrainerConfig
     from mentor_fast.determinism import deterministic_algorithms
     from mentor_fast.optim import build_optimizer
@@ -128,19 +128,18 @@ def main() -> None:
             float(out["loss"])
             update_profile.sync(device)
             dt = time.perf_counter() - t0
+        seen[setting].append(hashes.seen[-1])
         return dt - (hashes.seconds - before)
 
     seen = {s: [] for s in SETTINGS}
     times = {s: [] for s in SETTINGS}
     for s in SETTINGS:  # untimed first calls
         call(s)
-        seen[s].append(hashes.seen[-1])
     for rep in range(reps):
         if args.budget_s and time.time() - t_start > args.budget_s:
             break
         for s in SETTINGS if rep % 2 == 0 else SETTINGS[::-1]:
             times[s].append(call(s))
-            seen[s].append(hashes.seen[-1])
     rows = {
         s: {
             "median_s": statistics.median(times[s]) if times[s] else None,
@@ -160,7 +159,7 @@ def main() -> None:
     result = {
         "model": what,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "cpu": cpu_name(),
+        "machine": versions(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "tokens": int(batch.completion_lens.sum() + batch.prompt_lens.sum()),
@@ -170,7 +169,7 @@ def main() -> None:
         "wall_s": time.time() - t_start,
     }
     print(
-        f"determinism_cost: {what} on {result['device']} ({result['cpu']}, {result['threads']} threads), "
+        f"determinism_cost: {what} on {result['device']} ({result['machine'].get('cpu', '?')}, {result['threads']} threads), "
         f"torch {result['torch']}; one update of {result['rollouts']} rollouts, {result['tokens']} tokens"
     )
     for s in SETTINGS:
@@ -184,17 +183,6 @@ def main() -> None:
     print(f"  on / off: {ratio:.2f}x" if ratio else "  on / off: -")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
-
-
-def cpu_name() -> str:
-    """The CPU's model name (the row's hardware), from /proc/cpuinfo where there is one."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip() + f", {os.cpu_count()} logical CPUs"
-    except OSError:
-        pass
-    return f"{platform.machine()}, {os.cpu_count()} logical CPUs"
 
 
 if __name__ == "__main__":
